@@ -1,0 +1,73 @@
+//! Randomized delays: renewal jitter and retry back-off.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+/// `d` scaled by a random factor in `[1 - fraction, 1 + fraction]`.
+pub(crate) fn jittered(d: Duration, fraction: f64) -> Duration {
+    if fraction <= 0.0 || d.is_zero() {
+        return d;
+    }
+    let f = rand::rng().random_range((1.0 - fraction)..=(1.0 + fraction));
+    d.mul_f64(f.max(0.0))
+}
+
+/// Exponential back-off with full jitter (each delay uniform in `[min, cap]`,
+/// the cap doubling per attempt up to `max`), so candidates that failed
+/// together do not retry together.
+#[derive(Clone, Debug)]
+pub(crate) struct Backoff {
+    min: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+        Backoff {
+            min,
+            max: max.max(min),
+            attempt: 0,
+        }
+    }
+
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let cap = self.min.saturating_mul(1u32 << self.attempt.min(16)).min(self.max);
+        self.attempt += 1;
+        if cap <= self.min {
+            return self.min;
+        }
+        rand::rng().random_range(self.min..=cap)
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_bounds_and_grows() {
+        let (min, max) = (Duration::from_millis(10), Duration::from_millis(200));
+        let mut b = Backoff::new(min, max);
+        let delays: Vec<_> = (0..20).map(|_| b.next_delay()).collect();
+        assert!(delays.iter().all(|d| *d >= min && *d <= max));
+        assert!(delays[10..].iter().any(|d| *d > Duration::from_millis(40)), "{delays:?}");
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(10));
+    }
+
+    #[test]
+    fn jitter_stays_within_fraction() {
+        let d = Duration::from_millis(1000);
+        for _ in 0..100 {
+            let j = jittered(d, 0.1);
+            assert!(j >= Duration::from_millis(900) && j <= Duration::from_millis(1100));
+        }
+        assert_eq!(jittered(d, 0.0), d);
+    }
+}

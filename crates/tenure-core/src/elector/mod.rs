@@ -1,0 +1,334 @@
+//! The Elector: campaign, hold, renew, step down, observe.
+
+mod observe;
+mod renewal;
+mod runtime;
+mod term;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use tokio::sync::{oneshot, watch};
+
+pub use runtime::RenewOn;
+pub use term::{Leadership, LossReason, Term};
+use term::{Status, TermShared};
+
+use crate::backoff::Backoff;
+use crate::{
+    default_drift_margin, AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Error,
+    LeaderEvent, Lease, LeaseBackend, Result,
+};
+
+/// The default TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Validated settings shared by an elector and its renewers.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub renew_jitter: f64,
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+    pub renew_on: RenewOn,
+}
+
+/// Builds an [`Elector`]; see [`Elector::builder`].
+#[derive(Debug)]
+#[must_use]
+pub struct ElectorBuilder {
+    backend: Arc<dyn LeaseBackend>,
+    key: Option<String>,
+    identity: Option<String>,
+    ttl: Duration,
+    renew_interval: Option<Duration>,
+    renew_jitter: f64,
+    drift_margin: Option<Duration>,
+    retry: (Duration, Duration),
+    renew_on: RenewOn,
+}
+
+impl ElectorBuilder {
+    /// The election key (required).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+    /// This candidate's identity (required); unique per process.
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+    /// The lease TTL; default 10 s. Failover after a crash takes about this long.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// How often to renew; default TTL/3. Must leave room before the deadline.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+    /// Random spread of each renewal interval, as a fraction (default 0.1 = ±10 %).
+    pub fn renew_jitter(mut self, fraction: f64) -> Self {
+        self.renew_jitter = fraction;
+        self
+    }
+    /// How much earlier than the TTL to stop believing we lead; default TTL/50.
+    pub fn drift_margin(mut self, margin: Duration) -> Self {
+        self.drift_margin = Some(margin);
+        self
+    }
+    /// Bounds of the jittered exponential back-off between failed attempts to
+    /// acquire or observe; default 50 ms to 2 s.
+    pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry = (min, max);
+        self
+    }
+    /// Where renewals run; default [`RenewOn::DedicatedThread`].
+    pub fn renew_on(mut self, renew_on: RenewOn) -> Self {
+        self.renew_on = renew_on;
+        self
+    }
+
+    /// Checks every setting against the rules and the backend's capabilities.
+    pub fn build(self) -> Result<Elector> {
+        let key = ElectionKey::new(self.key.ok_or_else(|| Error::invalid("key", "is required"))?)?;
+        let identity =
+            CandidateId::new(self.identity.ok_or_else(|| Error::invalid("identity", "is required"))?)?;
+        let ttl = self.ttl;
+        if ttl.is_zero() {
+            return Err(Error::invalid("ttl", "must be greater than zero"));
+        }
+        let margin = self.drift_margin.unwrap_or_else(|| default_drift_margin(ttl));
+        let candidacy = Candidacy::with_drift_margin(key, identity, ttl, margin)?;
+        self.backend.capabilities().check(&candidacy)?;
+        let renew_interval = self.renew_interval.unwrap_or(ttl / 3);
+        if renew_interval.is_zero() || renew_interval >= ttl - margin {
+            return Err(Error::invalid(
+                "renew_interval",
+                format!(
+                    "{renew_interval:?} must be above zero and below the ttl minus the drift margin ({:?})",
+                    ttl - margin
+                ),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.renew_jitter) {
+            return Err(Error::invalid("renew_jitter", format!("{} must be in [0, 1)", self.renew_jitter)));
+        }
+        let (retry_min, retry_max) = self.retry;
+        if retry_min.is_zero() || retry_max < retry_min {
+            return Err(Error::invalid("retry_backoff", "min must be above zero and not above max"));
+        }
+        let (shutdown, _) = watch::channel(false);
+        Ok(Elector {
+            inner: Arc::new(Inner {
+                backend: self.backend,
+                candidacy,
+                settings: Arc::new(Settings {
+                    ttl,
+                    renew_interval,
+                    renew_jitter: self.renew_jitter,
+                    retry_min,
+                    retry_max,
+                    renew_on: self.renew_on,
+                }),
+                shutdown,
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Arc<dyn LeaseBackend>,
+    candidacy: Candidacy,
+    settings: Arc<Settings>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// Campaigns for one election key on one backend, as one candidate.
+///
+/// Cheap to clone; clones share the shutdown switch.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_core::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tenure_core::{Elector, MemoryBackend};
+///
+/// let elector = Elector::builder(Arc::new(MemoryBackend::new()))
+///     .key("billing")
+///     .identity("replica-1")
+///     .ttl(Duration::from_secs(2))
+///     .build()?;
+/// let leadership = elector.campaign().await?;
+/// assert!(leadership.is_valid());
+/// let token = leadership.token(); // pass it with every write
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Elector {
+    inner: Arc<Inner>,
+}
+
+impl Elector {
+    /// Starts building an elector on `backend`.
+    pub fn builder(backend: Arc<dyn LeaseBackend>) -> ElectorBuilder {
+        ElectorBuilder {
+            backend,
+            key: None,
+            identity: None,
+            ttl: DEFAULT_TTL,
+            renew_interval: None,
+            renew_jitter: 0.1,
+            drift_margin: None,
+            retry: (Duration::from_millis(50), Duration::from_secs(2)),
+            renew_on: RenewOn::default(),
+        }
+    }
+
+    /// The candidacy this elector campaigns with.
+    pub fn candidacy(&self) -> &Candidacy {
+        &self.inner.candidacy
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LeaseBackend> {
+        &self.inner.backend
+    }
+
+    /// Waits until we lead. Retryable backend errors are retried with jittered
+    /// back-off; other errors, and shutdown ([`Error::Shutdown`]), end it.
+    /// Dropping the future withdraws the candidacy.
+    pub async fn campaign(&self) -> Result<Leadership> {
+        let mut backoff = self.backoff();
+        let mut shutdown = self.inner.shutdown.subscribe();
+        loop {
+            if *shutdown.borrow_and_update() {
+                return Err(Error::Shutdown);
+            }
+            let attempt = self.inner.backend.acquire(&self.inner.candidacy, AcquireMode::Wait);
+            let outcome = tokio::select! {
+                outcome = attempt => outcome,
+                _ = shutdown.wait_for(|s| *s) => return Err(Error::Shutdown),
+            };
+            match outcome {
+                Ok(Acquisition::Granted(lease)) => match self.lead(lease).await {
+                    Some(leadership) => return Ok(leadership),
+                    None => continue,
+                },
+                Ok(Acquisition::Held(holder)) => {
+                    tracing::debug!(key = %self.inner.candidacy.key(), holder = %holder.identity, "waiting acquire returned while held; retrying");
+                }
+                Err(error) if error.is_retryable() => {
+                    tracing::warn!(key = %self.inner.candidacy.key(), identity = %self.inner.candidacy.identity(), %error, "campaign attempt failed; retrying");
+                }
+                Err(error) => return Err(error),
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+
+    /// One attempt: leadership if the key is free now, `None` if someone holds it.
+    pub async fn try_acquire(&self) -> Result<Option<Leadership>> {
+        match self.inner.backend.acquire(&self.inner.candidacy, AcquireMode::Once).await? {
+            Acquisition::Granted(lease) => Ok(self.lead(lease).await),
+            Acquisition::Held(_) => Ok(None),
+        }
+    }
+
+    /// Campaigns, runs `work` with the leadership until it returns or the
+    /// leadership is lost (then `work` is dropped, i.e. cancelled), steps down,
+    /// and campaigns again, until [`shutdown`](Self::shutdown).
+    ///
+    /// `work` should pass `leadership.token()` with every write and may hand
+    /// [`Leadership::term`] to the tasks it starts.
+    pub async fn run<F, Fut>(&self, mut work: F) -> Result<()>
+    where
+        F: FnMut(Leadership) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let mut shutdown = self.inner.shutdown.subscribe();
+        loop {
+            let leadership = match self.campaign().await {
+                Ok(leadership) => leadership,
+                Err(Error::Shutdown) => return Ok(()),
+                Err(error) => return Err(error),
+            };
+            let term = leadership.term();
+            let work = work(leadership);
+            tokio::select! {
+                _ = work => {}
+                reason = term.lost() => {
+                    tracing::info!(key = %term.key(), identity = %term.identity(), %reason, "leadership ended; cancelling the leader's work");
+                }
+                _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            }
+        }
+    }
+
+    /// Who leads, as a stream: the current state first, then each change.
+    /// Errors are retried with back-off behind the scenes; the stream ends at
+    /// shutdown.
+    pub fn observe(&self) -> BoxStream<'static, LeaderEvent> {
+        observe::observe(
+            self.inner.backend.clone(),
+            self.inner.candidacy.key().clone(),
+            self.backoff(),
+            self.inner.shutdown.subscribe(),
+        )
+    }
+
+    /// Stops campaigning: pending `campaign`s fail with [`Error::Shutdown`],
+    /// `run` steps down and returns, `observe` streams end.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.inner.settings.retry_min, self.inner.settings.retry_max)
+    }
+
+    /// Turns a granted lease into a Leadership with its renewer, unless the
+    /// grant arrived too late to be used.
+    async fn lead(&self, lease: Lease) -> Option<Leadership> {
+        let settings = &self.inner.settings;
+        if !lease.is_valid() {
+            tracing::debug!(key = %lease.key(), "grant arrived after its deadline; releasing it");
+            let _ = renewal::release(&*self.inner.backend, &lease, settings).await;
+            return None;
+        }
+        let shared = Arc::new(TermShared {
+            key: lease.key().clone(),
+            identity: lease.holder().clone(),
+            token: lease.token(),
+            status: watch::Sender::new(Status {
+                valid_until: lease.valid_until(),
+                ended: None,
+            }),
+        });
+        tracing::info!(
+            key = %lease.key(),
+            identity = %lease.holder(),
+            token = lease.token().map(|t| t.get()),
+            "acquired leadership"
+        );
+        let (step_down, step_down_rx) = oneshot::channel();
+        settings.renew_on.spawn(renewal::renew_until_lost(
+            self.inner.backend.clone(),
+            lease,
+            settings.clone(),
+            shared.clone(),
+            step_down_rx,
+        ));
+        Some(Leadership {
+            term: Term { shared },
+            step_down: Some(step_down),
+        })
+    }
+}

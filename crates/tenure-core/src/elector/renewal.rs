@@ -1,0 +1,101 @@
+//! The renewer: keeps one lease alive, and gives it up at its deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::{sleep_until, timeout, Instant};
+
+use super::term::{LossReason, StepDown, TermShared};
+use super::Settings;
+use crate::backoff::{jittered, Backoff};
+use crate::{Lease, LeaseBackend, Result};
+
+/// Renews `lease` every `renew_interval` (jittered) counted from the send time
+/// of the last successful renewal, retries failures with back-off, and ends
+/// the term exactly at `valid_until` if no renewal succeeded by then.
+pub(crate) async fn renew_until_lost(
+    backend: Arc<dyn LeaseBackend>,
+    mut lease: Lease,
+    settings: Arc<Settings>,
+    term: Arc<TermShared>,
+    mut step_down: oneshot::Receiver<StepDown>,
+) {
+    let key = lease.key().as_str().to_owned();
+    let identity = lease.holder().as_str().to_owned();
+    let token = lease.token().map(|t| t.get());
+    let mut retry = Backoff::new(Duration::from_millis(10), settings.renew_interval / 4);
+    let mut next = next_renewal(&lease, &settings);
+    loop {
+        let deadline = lease.valid_until();
+        let attempt = async {
+            sleep_until(next).await;
+            backend.renew(&lease).await
+        };
+        tokio::select! {
+            biased;
+            request = &mut step_down => {
+                // Any renewal in flight is cancelled here; the backend's release
+                // copes with that (contract, point 8).
+                let reply = request.ok().map(|r| r.reply);
+                term.end(LossReason::Resigned);
+                let result = release(&*backend, &lease, &settings).await;
+                match &result {
+                    Ok(()) => tracing::info!(key, identity, token, "resigned"),
+                    Err(error) => tracing::warn!(key, identity, token, %error, "resigned; release failed, the lease will expire"),
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+                return;
+            }
+            _ = sleep_until(deadline) => {
+                if term.end(LossReason::Expired) {
+                    tracing::info!(key, identity, token, "leadership lost: no renewal succeeded before the local deadline");
+                }
+                // Free the key in case a late renewal did reach the backend.
+                let _ = release(&*backend, &lease, &settings).await;
+                return;
+            }
+            renewed = attempt => match renewed {
+                Ok(renewed) => {
+                    lease = renewed;
+                    retry.reset();
+                    term.status.send_modify(|s| s.valid_until = s.valid_until.max(lease.valid_until()));
+                    tracing::debug!(key, identity, token, "renewed");
+                    next = next_renewal(&lease, &settings);
+                }
+                Err(error) if error.is_lease_lost() => {
+                    if term.end(LossReason::Revoked) {
+                        tracing::info!(key, identity, token, %error, "leadership lost");
+                    }
+                    return;
+                }
+                Err(error) => {
+                    let delay = retry.next_delay();
+                    tracing::warn!(key, identity, token, %error, retry_in = ?delay, "renewal failed");
+                    next = Instant::now() + delay;
+                }
+            }
+        }
+    }
+}
+
+fn next_renewal(lease: &Lease, settings: &Settings) -> Instant {
+    // Jitter never pushes a renewal past halfway between the interval and the deadline.
+    let interval = settings.renew_interval;
+    let latest = interval + (lease.valid_until() - lease.sent_at()).saturating_sub(interval) / 2;
+    lease.sent_at() + jittered(interval, settings.renew_jitter).min(latest)
+}
+
+/// Releases with a bounded wait: a backend that does not answer within a TTL
+/// will have expired the lease by itself.
+pub(crate) async fn release(backend: &dyn LeaseBackend, lease: &Lease, settings: &Settings) -> Result<()> {
+    match timeout(settings.ttl, backend.release(lease)).await {
+        Ok(result) => result,
+        Err(_) => Err(crate::Error::Timeout {
+            operation: "release",
+            after: settings.ttl,
+        }),
+    }
+}

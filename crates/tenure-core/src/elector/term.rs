@@ -1,0 +1,201 @@
+//! One leadership term as the application sees it: `Leadership` and `Term`.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::{CandidateId, ElectionKey, FencingToken, Result};
+
+/// Why a leadership term ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// `valid_until` passed without a successful renewal: we gave up locally,
+    /// whatever the backend may say later.
+    Expired,
+    /// The backend said someone else may hold the lease.
+    Revoked,
+    /// We stepped down ([`Leadership::resign`], drop, or shutdown).
+    Resigned,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "renewals failed until the local deadline",
+            LossReason::Revoked => "the backend revoked the lease",
+            LossReason::Resigned => "resigned",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Status {
+    pub valid_until: Instant,
+    pub ended: Option<LossReason>,
+}
+
+pub(crate) struct TermShared {
+    pub key: ElectionKey,
+    pub identity: CandidateId,
+    pub token: Option<FencingToken>,
+    pub status: watch::Sender<Status>,
+}
+
+impl TermShared {
+    /// Ends the term (first reason wins). Called before any release is sent,
+    /// so nobody here believes it leads once anyone else could.
+    pub fn end(&self, reason: LossReason) -> bool {
+        self.status.send_if_modified(|s| {
+            let first = s.ended.is_none();
+            if first {
+                s.ended = Some(reason);
+            }
+            first
+        })
+    }
+}
+
+/// A read-only, cloneable view of one leadership term: token, validity, loss.
+///
+/// Hand it to the tasks that do the leader's work.
+#[derive(Clone)]
+pub struct Term {
+    pub(crate) shared: Arc<TermShared>,
+}
+
+impl Term {
+    /// The election key.
+    pub fn key(&self) -> &ElectionKey {
+        &self.shared.key
+    }
+
+    /// Our identity.
+    pub fn identity(&self) -> &CandidateId {
+        &self.shared.identity
+    }
+
+    /// The fencing token of this term (`None` on backends that cannot fence).
+    /// Pass it with every write downstream.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.shared.token
+    }
+
+    /// The current local deadline; renewals move it forward.
+    pub fn valid_until(&self) -> Instant {
+        self.shared.status.borrow().valid_until
+    }
+
+    /// Whether we may still act as leader: the term has not ended and its
+    /// deadline has not passed. Check it right before each leader-only action.
+    pub fn is_valid(&self) -> bool {
+        let s = *self.shared.status.borrow();
+        s.ended.is_none() && Instant::now() < s.valid_until
+    }
+
+    /// Why the term ended, if it has.
+    pub fn ended(&self) -> Option<LossReason> {
+        let s = *self.shared.status.borrow();
+        s.ended.or((Instant::now() >= s.valid_until).then_some(LossReason::Expired))
+    }
+
+    /// Resolves when the term ends, for any reason, at the latest at the
+    /// deadline (timed on the caller's own runtime as well as by the renewer).
+    pub async fn lost(&self) -> LossReason {
+        let mut rx = self.shared.status.subscribe();
+        loop {
+            let s = *rx.borrow_and_update();
+            if let Some(reason) = s.ended {
+                return reason;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(s.valid_until) => {
+                    // The deadline may have moved while we slept.
+                    let s = *rx.borrow();
+                    if s.ended.is_none() && Instant::now() >= s.valid_until {
+                        return LossReason::Expired;
+                    }
+                }
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // The renewer is gone; its last word stands.
+                        let s = *rx.borrow();
+                        return s.ended.unwrap_or(LossReason::Expired);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Term")
+            .field("key", self.key())
+            .field("identity", self.identity())
+            .field("token", &self.token())
+            .field("valid", &self.is_valid())
+            .finish()
+    }
+}
+
+/// A request to the renewer to step down.
+pub(crate) struct StepDown {
+    pub reply: oneshot::Sender<Result<()>>,
+}
+
+/// Leadership of one key, held until resigned, dropped or lost.
+///
+/// Dereferences to its [`Term`] (token, `is_valid`, `lost`). Dropping it
+/// releases the lease in the background; [`resign`](Self::resign) does the
+/// same and waits for the backend to confirm.
+pub struct Leadership {
+    pub(crate) term: Term,
+    pub(crate) step_down: Option<oneshot::Sender<StepDown>>,
+}
+
+impl Leadership {
+    /// A cloneable view of this term for other tasks.
+    pub fn term(&self) -> Term {
+        self.term.clone()
+    }
+
+    /// Steps down: stops believing it leads at once, then releases the lease so
+    /// a standby takes over immediately. Returns the backend's answer.
+    pub async fn resign(mut self) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        let Some(tx) = self.step_down.take() else { return Ok(()) };
+        // Stop believing first; only then may the release go out.
+        self.term.shared.end(LossReason::Resigned);
+        if tx.send(StepDown { reply }).is_err() {
+            return Ok(()); // the renewer already finished: the term was lost
+        }
+        answer.await.unwrap_or(Ok(()))
+    }
+}
+
+impl Deref for Leadership {
+    type Target = Term;
+    fn deref(&self) -> &Term {
+        &self.term
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.term, f)
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if self.step_down.is_some() {
+            // Closing the channel tells the renewer to end the term and release.
+            // Mark the term over now, so clones of the Term stop at once too.
+            self.term.shared.end(LossReason::Resigned);
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! A candidacy (what a candidate asks for) and a lease (what it was granted).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{CandidateId, ElectionKey, Error, FencingToken, Result};
+
+/// The default drift margin for a TTL: 2 % of it.
+///
+/// It covers clock *rate* differences between this process and the backend
+/// (ppm in practice) with a wide berth; it does not need to cover network
+/// delay, because `valid_until` is counted from when a request was sent.
+pub fn default_drift_margin(ttl: Duration) -> Duration {
+    ttl / 50
+}
+
+/// One candidate's request to lead an election: key, identity, TTL, drift margin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidacy {
+    key: ElectionKey,
+    identity: CandidateId,
+    ttl: Duration,
+    drift_margin: Duration,
+}
+
+impl Candidacy {
+    /// A candidacy with the [default drift margin](default_drift_margin).
+    pub fn new(key: ElectionKey, identity: CandidateId, ttl: Duration) -> Result<Self> {
+        Self::with_drift_margin(key, identity, ttl, default_drift_margin(ttl))
+    }
+
+    /// A candidacy with an explicit drift margin, which must be smaller than the TTL.
+    pub fn with_drift_margin(
+        key: ElectionKey,
+        identity: CandidateId,
+        ttl: Duration,
+        drift_margin: Duration,
+    ) -> Result<Self> {
+        if ttl.is_zero() {
+            return Err(Error::invalid("ttl", "must be greater than zero"));
+        }
+        if drift_margin >= ttl {
+            return Err(Error::invalid(
+                "drift_margin",
+                format!("{drift_margin:?} must be smaller than the ttl {ttl:?}"),
+            ));
+        }
+        Ok(Candidacy {
+            key,
+            identity,
+            ttl,
+            drift_margin,
+        })
+    }
+
+    /// The election key.
+    pub fn key(&self) -> &ElectionKey {
+        &self.key
+    }
+    /// The candidate's identity.
+    pub fn identity(&self) -> &CandidateId {
+        &self.identity
+    }
+    /// How long a grant or renewal lasts on the backend.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    /// How much earlier than the TTL the holder stops believing it leads.
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin
+    }
+
+    /// The local deadline for a grant or renewal whose request was sent at `sent_at`.
+    pub fn deadline_from(&self, sent_at: Instant) -> Instant {
+        sent_at + (self.ttl - self.drift_margin)
+    }
+}
+
+/// Backend-private state carried by a [`Lease`] (lease id, node path, resourceVersion…).
+#[derive(Clone)]
+pub struct LeaseHandle(Arc<dyn Any + Send + Sync>);
+
+impl LeaseHandle {
+    /// Wraps backend state.
+    pub fn new<T: Any + Send + Sync>(state: T) -> Self {
+        LeaseHandle(Arc::new(state))
+    }
+
+    /// The backend state, if it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LeaseHandle(..)")
+    }
+}
+
+/// A granted lease.
+///
+/// `valid_until` is a local monotonic deadline: the send time of the request
+/// that granted or last renewed the lease, plus the TTL, minus the drift
+/// margin. The backend's own expiry cannot start before that request reached
+/// it, so the holder stops believing it leads before anyone else can be
+/// granted the key.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    candidacy: Candidacy,
+    token: Option<FencingToken>,
+    sent_at: Instant,
+    handle: LeaseHandle,
+}
+
+impl Lease {
+    /// A lease granted by a request sent at `sent_at`. Backends call this.
+    pub fn new(
+        candidacy: Candidacy,
+        token: Option<FencingToken>,
+        sent_at: Instant,
+        handle: LeaseHandle,
+    ) -> Self {
+        Lease {
+            candidacy,
+            token,
+            sent_at,
+            handle,
+        }
+    }
+
+    /// This lease extended by a renewal whose request was sent at `sent_at`.
+    /// A renewal never moves the deadline backwards.
+    pub fn renewed(&self, sent_at: Instant, handle: LeaseHandle) -> Self {
+        Lease {
+            candidacy: self.candidacy.clone(),
+            token: self.token,
+            sent_at: sent_at.max(self.sent_at),
+            handle,
+        }
+    }
+
+    /// What was asked for.
+    pub fn candidacy(&self) -> &Candidacy {
+        &self.candidacy
+    }
+    /// The election key.
+    pub fn key(&self) -> &ElectionKey {
+        self.candidacy.key()
+    }
+    /// The holder (us).
+    pub fn holder(&self) -> &CandidateId {
+        self.candidacy.identity()
+    }
+    /// The fencing token, on backends that can fence.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.token
+    }
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.candidacy.ttl()
+    }
+    /// When the request behind the current deadline was sent.
+    pub fn sent_at(&self) -> Instant {
+        self.sent_at
+    }
+    /// Until when the holder may believe it leads.
+    pub fn valid_until(&self) -> Instant {
+        self.candidacy.deadline_from(self.sent_at)
+    }
+    /// Whether the local deadline has not passed yet.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until()
+    }
+    /// Backend-private state.
+    pub fn handle(&self) -> &LeaseHandle {
+        &self.handle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidacy(ttl_ms: u64, margin_ms: u64) -> Result<Candidacy> {
+        Candidacy::with_drift_margin(
+            ElectionKey::new("k").unwrap(),
+            CandidateId::new("a").unwrap(),
+            Duration::from_millis(ttl_ms),
+            Duration::from_millis(margin_ms),
+        )
+    }
+
+    #[test]
+    fn drift_margin_must_be_below_ttl() {
+        assert!(matches!(candidacy(100, 100), Err(Error::InvalidArgument { field: "drift_margin", .. })));
+        assert!(matches!(candidacy(0, 0), Err(Error::InvalidArgument { field: "ttl", .. })));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn valid_until_is_send_time_plus_ttl_minus_margin_and_never_moves_back() {
+        let c = candidacy(1000, 30).unwrap();
+        let t0 = Instant::now();
+        let lease = Lease::new(c, None, t0, LeaseHandle::new(()));
+        assert_eq!(lease.valid_until(), t0 + Duration::from_millis(970));
+        let older = lease.renewed(t0 - Duration::from_millis(5), LeaseHandle::new(()));
+        assert_eq!(older.valid_until(), lease.valid_until());
+        let newer = lease.renewed(t0 + Duration::from_millis(300), LeaseHandle::new(()));
+        assert_eq!(newer.valid_until(), t0 + Duration::from_millis(1270));
+    }
+}

@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod backend;
+mod backoff;
+mod capabilities;
+mod elector;
+mod error;
+mod fence;
+mod lease;
+pub mod memory;
+mod types;
+
+pub use backend::{AcquireMode, Acquisition, LeaseBackend};
+pub use capabilities::{Capabilities, KeyRule};
+pub use elector::{Elector, ElectorBuilder, Leadership, LossReason, RenewOn, Term, DEFAULT_TTL};
+pub use error::{BoxError, Error, Result};
+pub use fence::Fence;
+pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle};
+pub use memory::MemoryBackend;
+pub use types::{CandidateId, ElectionKey, FencingToken, LeaderEvent, LeaderInfo, MAX_IDENTITY_LEN, MAX_KEY_LEN};

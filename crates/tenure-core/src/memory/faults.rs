@@ -1,0 +1,96 @@
+//! Fault knobs for one in-memory client: fail, delay or cut off its calls.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::{Error, Result};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct FaultState {
+    fail: bool,
+    cut_off: bool,
+    request_delay: Duration,
+    response_delay: Duration,
+}
+
+/// The network between one [`MemoryBackend`](super::MemoryBackend) client and the shared server.
+///
+/// Flip these in your own tests to see what your code does when the
+/// coordination service misbehaves. Changes apply to calls from then on, and
+/// a cut-off call in flight resumes when the link is healed.
+#[derive(Debug)]
+pub struct Faults {
+    state: watch::Sender<FaultState>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            state: watch::Sender::new(FaultState::default()),
+        }
+    }
+}
+
+impl Faults {
+    /// Every call fails at once with a retryable [`Error::Unavailable`].
+    pub fn fail_calls(&self, fail: bool) {
+        self.state.send_modify(|s| s.fail = fail);
+    }
+
+    /// Blackholes the link: calls (and watch events) hang until [`heal`](Self::heal).
+    pub fn cut_off(&self) {
+        self.state.send_modify(|s| s.cut_off = true);
+    }
+
+    /// Restores a cut-off link.
+    pub fn heal(&self) {
+        self.state.send_modify(|s| s.cut_off = false);
+    }
+
+    /// Delays each request by `delay` before it reaches the server.
+    pub fn delay_requests(&self, delay: Duration) {
+        self.state.send_modify(|s| s.request_delay = delay);
+    }
+
+    /// Delays each answer by `delay` after the server has acted.
+    pub fn delay_responses(&self, delay: Duration) {
+        self.state.send_modify(|s| s.response_delay = delay);
+    }
+
+    /// Clears every fault.
+    pub fn reset(&self) {
+        self.state.send_replace(FaultState::default());
+    }
+
+    async fn wait_connected(&self) {
+        let mut rx = self.state.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|s| !s.cut_off).await;
+    }
+
+    /// The way to the server: fails, hangs or waits as configured.
+    pub(crate) async fn request(&self) -> Result<()> {
+        let s = *self.state.borrow();
+        if s.fail {
+            return Err(Error::Unavailable {
+                backend: "memory",
+                source: "injected fault: calls fail".into(),
+            });
+        }
+        self.wait_connected().await;
+        if !s.request_delay.is_zero() {
+            tokio::time::sleep(s.request_delay).await;
+        }
+        Ok(())
+    }
+
+    /// The way back from the server.
+    pub(crate) async fn response(&self) {
+        self.wait_connected().await;
+        let delay = self.state.borrow().response_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The in-memory backend: the whole contract in one process.
+
+mod faults;
+mod server;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+pub use faults::Faults;
+pub use server::MemoryStats;
+use server::{Grant, Server};
+
+use crate::{
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, LeaderEvent, LeaderInfo,
+    Lease, LeaseBackend, LeaseHandle, Result,
+};
+
+/// An in-process lease server and one client of it.
+///
+/// The default backend, for tests and single-process use. It keeps the whole
+/// contract: herd-free waiting queue, strictly increasing tokens, TTL expiry
+/// on tokio time (so it runs under `tokio::time::pause()`), watch with
+/// vacancy. [`MemoryBackend::client`] makes another client of the same server
+/// with its own [`Faults`], so tests can fail, delay or cut off one candidate.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_core::Result<()> {
+/// use std::time::Duration;
+/// use tenure_core::{AcquireMode, Candidacy, CandidateId, ElectionKey, LeaseBackend, MemoryBackend};
+///
+/// let server = MemoryBackend::new();
+/// let (a, b) = (server.client(), server.client());
+/// let key = ElectionKey::new("billing")?;
+/// let ttl = Duration::from_secs(2);
+/// let lease = a
+///     .acquire(&Candidacy::new(key.clone(), CandidateId::new("a")?, ttl)?, AcquireMode::Once)
+///     .await?
+///     .granted()
+///     .expect("vacant key is granted");
+/// let held = b.acquire(&Candidacy::new(key, CandidateId::new("b")?, ttl)?, AcquireMode::Once).await?;
+/// assert!(held.granted().is_none());
+/// a.release(&lease).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryBackend {
+    server: Arc<Server>,
+    faults: Arc<Faults>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryBackend {
+    /// A new server with one client.
+    pub fn new() -> Self {
+        Self::with_capabilities(Self::default_capabilities())
+    }
+
+    /// A new server that declares (and enforces) these capabilities, e.g. a
+    /// TTL minimum, to test how code copes with a stricter backend.
+    pub fn with_capabilities(capabilities: Capabilities) -> Self {
+        MemoryBackend {
+            server: Arc::new(Server::new(capabilities)),
+            faults: Arc::default(),
+        }
+    }
+
+    /// What a default server declares: fencing, herd-free wait, 1 ms TTL granularity.
+    pub fn default_capabilities() -> Capabilities {
+        Capabilities::new(true, true)
+    }
+
+    /// Another client of the same server, with its own faults.
+    pub fn client(&self) -> MemoryBackend {
+        MemoryBackend {
+            server: self.server.clone(),
+            faults: Arc::default(),
+        }
+    }
+
+    /// This client's fault knobs.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Ends the current grant of `key` now, as if its TTL had run out.
+    pub fn expire_now(&self, key: &ElectionKey) {
+        self.server.expire_now(key);
+    }
+
+    /// Who holds `key` on the server now.
+    pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
+        self.server.holder(key)
+    }
+
+    /// How many candidates wait for `key`.
+    pub fn queue_len(&self, key: &ElectionKey) -> usize {
+        self.server.queue_len(key)
+    }
+
+    /// The server's counters (writes, wake-ups, ...).
+    pub fn stats(&self) -> MemoryStats {
+        self.server.stats()
+    }
+
+    /// Whether the server has any state at all for `key`.
+    pub fn knows(&self, key: &ElectionKey) -> bool {
+        self.server.knows(key)
+    }
+}
+
+fn span(op: &'static str, key: &ElectionKey, identity: Option<&crate::CandidateId>) -> tracing::Span {
+    let identity = identity.map(|i| i.as_str()).unwrap_or("");
+    tracing::debug_span!("tenure", op, backend = "memory", key = key.as_str(), identity)
+}
+
+#[async_trait]
+impl LeaseBackend for MemoryBackend {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.server.capabilities().clone()
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.server.capabilities().check(candidacy)?;
+        let span = span("acquire", candidacy.key(), Some(candidacy.identity()));
+        async move {
+            let sent_at = Instant::now();
+            self.faults.request().await?;
+            let outcome = match mode {
+                AcquireMode::Once => match self.server.try_acquire(candidacy) {
+                    Ok(grant) => Ok(lease_from(candidacy, grant, sent_at)),
+                    Err(holder) => Err(holder),
+                },
+                AcquireMode::Wait => {
+                    // Granted on the server at `granted_at`; the waiter's lease
+                    // counts from then (one process, one clock).
+                    let grant = self.server.acquire_waiting(candidacy).await;
+                    let at = grant.granted_at;
+                    Ok(lease_from(candidacy, grant, at))
+                }
+            };
+            self.faults.response().await;
+            Ok(match outcome {
+                Ok(lease) => Acquisition::Granted(lease),
+                Err(holder) => Acquisition::Held(holder),
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let span = span("renew", lease.key(), Some(lease.holder()));
+        async move {
+            let sent_at = Instant::now();
+            self.faults.request().await?;
+            let grant = grant_of(lease)?;
+            let renewed = self.server.renew(lease.key(), grant, lease.ttl());
+            self.faults.response().await;
+            renewed?;
+            Ok(lease.renewed(sent_at, lease.handle().clone()))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let span = span("release", lease.key(), Some(lease.holder()));
+        async move {
+            self.faults.request().await?;
+            self.server.release(lease.key(), grant_of(lease)?);
+            self.faults.response().await;
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        self.server.capabilities().check_key(key)?;
+        async move {
+            self.faults.request().await?;
+            Ok(self.server.watch(key.clone(), self.faults.clone()))
+        }
+        .instrument(span("watch", key, None))
+        .await
+    }
+}
+
+fn lease_from(candidacy: &Candidacy, grant: Grant, sent_at: Instant) -> Lease {
+    let token = Some(grant.token);
+    Lease::new(candidacy.clone(), token, sent_at, LeaseHandle::new(grant.id))
+}
+
+fn grant_of(lease: &Lease) -> Result<u64> {
+    lease.handle().get::<u64>().copied().ok_or_else(|| {
+        Error::invalid("lease", "was not granted by the memory backend")
+    })
+}

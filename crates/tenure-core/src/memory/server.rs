@@ -1,0 +1,363 @@
+//! The shared state of the in-memory backend: holders, queues, watchers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use tokio::sync::{oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use super::Faults;
+use crate::{
+    Candidacy, CandidateId, Capabilities, ElectionKey, Error, FencingToken, LeaderEvent, LeaderInfo,
+    Result,
+};
+
+/// Counters kept by the in-memory server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryStats {
+    /// Leases granted.
+    pub grants: u64,
+    /// Successful renewals.
+    pub renewals: u64,
+    /// Leases released by their holder.
+    pub releases: u64,
+    /// Leases that ran out (or were expired by a fault knob).
+    pub expiries: u64,
+    /// Candidates that joined a waiting queue.
+    pub enqueued: u64,
+    /// Waiting candidates that withdrew.
+    pub withdrawn: u64,
+    /// Times a waiting candidate was woken.
+    pub wakeups: u64,
+}
+
+impl MemoryStats {
+    /// State changes on the server: grants, renewals, releases, expiries and queue changes.
+    pub fn writes(&self) -> u64 {
+        self.grants + self.renewals + self.releases + self.expiries + self.enqueued + self.withdrawn
+    }
+}
+
+/// A grant made by the server.
+pub(super) struct Grant {
+    pub id: u64,
+    pub token: FencingToken,
+    pub granted_at: Instant,
+}
+
+struct Holder {
+    grant: u64,
+    identity: CandidateId,
+    token: FencingToken,
+    expires_at: Instant,
+}
+
+struct Waiter {
+    id: u64,
+    candidacy: Candidacy,
+    grant_tx: Option<oneshot::Sender<Grant>>,
+    wake: Arc<Notify>,
+}
+
+struct KeyState {
+    holder: Option<Holder>,
+    queue: VecDeque<Waiter>,
+    events: watch::Sender<LeaderEvent>,
+}
+
+impl KeyState {
+    fn new() -> Self {
+        KeyState {
+            holder: None,
+            queue: VecDeque::new(),
+            events: watch::Sender::new(LeaderEvent::Vacant),
+        }
+    }
+
+    fn event(&self) -> LeaderEvent {
+        match &self.holder {
+            Some(h) => LeaderEvent::Elected(LeaderInfo {
+                identity: h.identity.clone(),
+                token: Some(h.token),
+            }),
+            None => LeaderEvent::Vacant,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    keys: HashMap<ElectionKey, KeyState>,
+    next_id: u64,
+    next_token: u64,
+    stats: MemoryStats,
+}
+
+impl State {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Makes `candidacy` the holder of `key` under grant `id` (a waiter's own id,
+    /// so its drop guard can recognise a grant it never saw). The caller checked
+    /// the key is vacant.
+    fn grant(&mut self, key: &ElectionKey, candidacy: &Candidacy, id: u64, now: Instant) -> Grant {
+        self.next_token += 1;
+        let token = FencingToken::new(self.next_token);
+        self.stats.grants += 1;
+        let ks = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        ks.holder = Some(Holder {
+            grant: id,
+            identity: candidacy.identity().clone(),
+            token,
+            expires_at: now + candidacy.ttl(),
+        });
+        Grant {
+            id,
+            token,
+            granted_at: now,
+        }
+    }
+
+    /// Drops an expired holder; then hands a vacant key to the head of its queue.
+    fn settle(&mut self, key: &ElectionKey, now: Instant) {
+        let Some(ks) = self.keys.get_mut(key) else { return };
+        if ks.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
+            ks.holder = None;
+            self.stats.expiries += 1;
+        }
+        while self.keys[key].holder.is_none() {
+            let Some(mut head) = self.keys.get_mut(key).and_then(|ks| ks.queue.pop_front()) else {
+                break;
+            };
+            let grant = self.grant(key, &head.candidacy, head.id, now);
+            let tx = head.grant_tx.take().expect("a queued waiter has its sender");
+            self.stats.wakeups += 1;
+            if let Err(unsent) = tx.send(grant) {
+                // The waiter is gone (its drop guard runs under this lock, so this
+                // is only reachable if it was dropped without one): undo.
+                let ks = self.keys.get_mut(key).expect("key exists");
+                if ks.holder.as_ref().is_some_and(|h| h.grant == unsent.id) {
+                    ks.holder = None;
+                }
+            }
+        }
+        if let Some(ks) = self.keys.get_mut(key) {
+            if let Some(head) = ks.queue.front() {
+                head.wake.notify_one();
+            }
+            let event = ks.event();
+            ks.events.send_if_modified(|e| {
+                let changed = *e != event;
+                *e = event;
+                changed
+            });
+        }
+    }
+}
+
+pub(super) struct Server {
+    capabilities: Capabilities,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("capabilities", &self.capabilities).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    pub fn new(capabilities: Capabilities) -> Self {
+        Server {
+            capabilities,
+            state: Mutex::default(),
+        }
+    }
+
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_settled(&self, key: &ElectionKey) -> MutexGuard<'_, State> {
+        let mut st = self.lock();
+        st.settle(key, Instant::now());
+        st
+    }
+
+    pub fn try_acquire(&self, candidacy: &Candidacy) -> std::result::Result<Grant, LeaderInfo> {
+        let key = candidacy.key();
+        let mut st = self.lock_settled(key);
+        if let Some(LeaderEvent::Elected(info)) = st.keys.get(key).map(KeyState::event) {
+            return Err(info);
+        }
+        let id = st.id();
+        let grant = st.grant(key, candidacy, id, Instant::now());
+        st.settle(key, Instant::now());
+        Ok(grant)
+    }
+
+    /// Queues `candidacy` and resolves when it is granted. Only the head of the
+    /// queue ever wakes (to time the holder's expiry); dropping the future
+    /// withdraws the candidacy and releases a grant it did not get to see.
+    pub async fn acquire_waiting(&self, candidacy: &Candidacy) -> Grant {
+        let key = candidacy.key().clone();
+        let (tx, mut rx) = oneshot::channel();
+        let wake = Arc::new(Notify::new());
+        let id = {
+            let mut st = self.lock();
+            let id = st.id();
+            st.stats.enqueued += 1;
+            st.keys.entry(key.clone()).or_insert_with(KeyState::new).queue.push_back(Waiter {
+                id,
+                candidacy: candidacy.clone(),
+                grant_tx: Some(tx),
+                wake: wake.clone(),
+            });
+            st.settle(&key, Instant::now());
+            id
+        };
+        let guard = WithdrawOnDrop {
+            server: self,
+            key: &key,
+            waiter: id,
+        };
+        loop {
+            // The head times the holder's expiry; everyone else just waits.
+            let expiry = {
+                let st = self.lock();
+                let ks = &st.keys[&key];
+                match (ks.queue.front(), &ks.holder) {
+                    (Some(head), Some(h)) if head.id == id => Some(h.expires_at),
+                    _ => None,
+                }
+            };
+            tokio::select! {
+                grant = &mut rx => {
+                    std::mem::forget(guard);
+                    return grant.expect("the server never drops a queued waiter's sender");
+                }
+                _ = wake.notified() => {}
+                _ = sleep_until_opt(expiry) => {
+                    drop(self.lock_settled(&key));
+                }
+            }
+        }
+    }
+
+    pub fn renew(&self, key: &ElectionKey, grant: u64, ttl: Duration) -> Result<()> {
+        let mut st = self.lock_settled(key);
+        let holder = st.keys.get_mut(key).and_then(|ks| ks.holder.as_mut());
+        match holder {
+            Some(h) if h.grant == grant => {
+                h.expires_at = Instant::now() + ttl;
+                st.stats.renewals += 1;
+                Ok(())
+            }
+            _ => Err(Error::lease_lost(key.as_str(), "the grant expired or was released")),
+        }
+    }
+
+    pub fn release(&self, key: &ElectionKey, grant: u64) {
+        let mut st = self.lock_settled(key);
+        let Some(ks) = st.keys.get_mut(key) else { return };
+        if ks.holder.as_ref().is_some_and(|h| h.grant == grant) {
+            ks.holder = None;
+            st.stats.releases += 1;
+            st.settle(key, Instant::now());
+        }
+    }
+
+    pub fn expire_now(&self, key: &ElectionKey) {
+        let mut st = self.lock();
+        if let Some(h) = st.keys.get_mut(key).and_then(|ks| ks.holder.as_mut()) {
+            h.expires_at = Instant::now();
+        }
+        st.settle(key, Instant::now());
+    }
+
+    pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
+        let st = self.lock_settled(key);
+        st.keys.get(key).and_then(|ks| ks.event().leader().cloned())
+    }
+
+    pub fn queue_len(&self, key: &ElectionKey) -> usize {
+        self.lock().keys.get(key).map_or(0, |ks| ks.queue.len())
+    }
+
+    pub fn knows(&self, key: &ElectionKey) -> bool {
+        self.lock().keys.contains_key(key)
+    }
+
+    pub fn stats(&self) -> MemoryStats {
+        self.lock().stats
+    }
+
+    pub fn watch(self: &Arc<Self>, key: ElectionKey, faults: Arc<Faults>) -> BoxStream<'static, Result<LeaderEvent>> {
+        let rx = {
+            let mut st = self.lock();
+            st.keys.entry(key.clone()).or_insert_with(KeyState::new);
+            st.settle(&key, Instant::now());
+            st.keys[&key].events.subscribe()
+        };
+        let server = self.clone();
+        let state = (server, key, rx, faults, None::<LeaderEvent>);
+        Box::pin(futures::stream::unfold(state, |(server, key, mut rx, faults, last)| async move {
+            loop {
+                // Notice expiry even when nobody else touches the key.
+                let expiry = {
+                    let st = server.lock_settled(&key);
+                    st.keys[&key].holder.as_ref().map(|h| h.expires_at)
+                };
+                let current = rx.borrow_and_update().clone();
+                if last.as_ref() != Some(&current) {
+                    faults.response().await;
+                    return Some((Ok(current.clone()), (server, key, rx, faults, Some(current))));
+                }
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return None },
+                    _ = sleep_until_opt(expiry) => {}
+                }
+            }
+        }))
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Removes a waiter from its queue when its acquire future is dropped, and
+/// releases a grant that arrived but was never seen.
+struct WithdrawOnDrop<'a> {
+    server: &'a Server,
+    key: &'a ElectionKey,
+    waiter: u64,
+}
+
+impl Drop for WithdrawOnDrop<'_> {
+    fn drop(&mut self) {
+        let mut st = self.server.lock();
+        let Some(ks) = st.keys.get_mut(self.key) else { return };
+        if let Some(pos) = ks.queue.iter().position(|w| w.id == self.waiter) {
+            ks.queue.remove(pos);
+            st.stats.withdrawn += 1;
+        } else if ks.holder.as_ref().is_some_and(|h| h.grant == self.waiter) {
+            // Granted, but the candidate left before it could see it.
+            ks.holder = None;
+            st.stats.releases += 1;
+        }
+        st.settle(self.key, Instant::now());
+    }
+}
