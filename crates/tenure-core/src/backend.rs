@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::{Candidacy, Capabilities, ElectionKey, LeaderInfo, LeaderEvent, Lease, Result};
+use crate::{Candidacy, Capabilities, ElectionKey, LeaderEvent, LeaderInfo, Lease, Result};
 
 /// Whether [`LeaseBackend::acquire`] makes one attempt or waits for the lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

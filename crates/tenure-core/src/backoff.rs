@@ -33,7 +33,10 @@ impl Backoff {
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let cap = self.min.saturating_mul(1u32 << self.attempt.min(16)).min(self.max);
+        let cap = self
+            .min
+            .saturating_mul(1u32 << self.attempt.min(16))
+            .min(self.max);
         self.attempt += 1;
         if cap <= self.min {
             return self.min;
@@ -56,7 +59,10 @@ mod tests {
         let mut b = Backoff::new(min, max);
         let delays: Vec<_> = (0..20).map(|_| b.next_delay()).collect();
         assert!(delays.iter().all(|d| *d >= min && *d <= max));
-        assert!(delays[10..].iter().any(|d| *d > Duration::from_millis(40)), "{delays:?}");
+        assert!(
+            delays[10..].iter().any(|d| *d > Duration::from_millis(40)),
+            "{delays:?}"
+        );
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(10));
     }

@@ -24,7 +24,10 @@ impl KeyRule {
         match self {
             KeyRule::Any => Ok(()),
             KeyRule::PathSegments => {
-                if let Some(seg) = k.split('/').find(|s| s.is_empty() || *s == "." || *s == "..") {
+                if let Some(seg) = k
+                    .split('/')
+                    .find(|s| s.is_empty() || *s == "." || *s == "..")
+                {
                     return Err(Error::invalid(
                         "key",
                         format!("{k:?} has the path segment {seg:?}; segments must be non-empty and not . or .."),
@@ -33,10 +36,14 @@ impl KeyRule {
                 Ok(())
             }
             KeyRule::Dns1123Subdomain => {
-                let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+                let ok_char =
+                    |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
                 let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
                 if k.len() > 253 {
-                    return Err(Error::invalid("key", format!("{k:?} is longer than 253 bytes (DNS-1123 subdomain)")));
+                    return Err(Error::invalid(
+                        "key",
+                        format!("{k:?} is longer than 253 bytes (DNS-1123 subdomain)"),
+                    ));
                 }
                 if let Some(c) = k.chars().find(|c| !ok_char(*c)) {
                     return Err(Error::invalid(
@@ -52,7 +59,10 @@ impl KeyRule {
                     ));
                 }
                 if k.split('.').any(str::is_empty) {
-                    return Err(Error::invalid("key", format!("{k:?} has an empty label between dots")));
+                    return Err(Error::invalid(
+                        "key",
+                        format!("{k:?} has an empty label between dots"),
+                    ));
                 }
                 Ok(())
             }
@@ -103,7 +113,11 @@ impl Capabilities {
         if key.as_str().len() > self.max_key_len {
             return Err(Error::invalid(
                 "key",
-                format!("is {} bytes long, this backend allows {}", key.as_str().len(), self.max_key_len),
+                format!(
+                    "is {} bytes long, this backend allows {}",
+                    key.as_str().len(),
+                    self.max_key_len
+                ),
             ));
         }
         self.key_rule.check(key)
@@ -117,7 +131,10 @@ impl Capabilities {
         if ttl < self.min_ttl {
             return Err(Error::invalid(
                 "ttl",
-                format!("{ttl:?} is below this backend's minimum of {:?}", self.min_ttl),
+                format!(
+                    "{ttl:?} is below this backend's minimum of {:?}",
+                    self.min_ttl
+                ),
             ));
         }
         if let Some(max) = self.max_ttl.filter(|max| ttl > *max) {
@@ -130,7 +147,10 @@ impl Capabilities {
         if g > 0 && ttl.as_nanos() % g != 0 {
             return Err(Error::invalid(
                 "ttl",
-                format!("{ttl:?} is not a whole multiple of this backend's granularity {:?}", self.ttl_granularity),
+                format!(
+                    "{ttl:?} is not a whole multiple of this backend's granularity {:?}",
+                    self.ttl_granularity
+                ),
             ));
         }
         Ok(())
@@ -156,7 +176,13 @@ mod tests {
         let r = KeyRule::Dns1123Subdomain;
         assert!(r.check(&key("billing-job.v1")).is_ok());
         for bad in ["Billing", "a_b", "-a", "a-", "a..b", &"a".repeat(254)] {
-            assert!(matches!(r.check(&key(bad)), Err(Error::InvalidArgument { field: "key", .. })), "{bad}");
+            assert!(
+                matches!(
+                    r.check(&key(bad)),
+                    Err(Error::InvalidArgument { field: "key", .. })
+                ),
+                "{bad}"
+            );
         }
     }
 
@@ -178,7 +204,10 @@ mod tests {
         assert!(c.check_ttl(Duration::from_secs(2)).is_ok());
         for bad in [0, 500, 1500, 61_000] {
             let err = c.check_ttl(Duration::from_millis(bad)).unwrap_err();
-            assert!(matches!(err, Error::InvalidArgument { field: "ttl", .. }), "{bad}: {err}");
+            assert!(
+                matches!(err, Error::InvalidArgument { field: "ttl", .. }),
+                "{bad}: {err}"
+            );
         }
     }
 }

@@ -37,7 +37,12 @@ impl Fence {
     }
 
     /// Runs `write` only if `token` is accepted for `resource`, atomically with the check.
-    pub fn write<R>(&self, resource: &str, token: FencingToken, write: impl FnOnce() -> R) -> Result<R> {
+    pub fn write<R>(
+        &self,
+        resource: &str,
+        token: FencingToken,
+        write: impl FnOnce() -> R,
+    ) -> Result<R> {
         let mut highest = self.highest.lock().unwrap_or_else(|e| e.into_inner());
         match highest.get(resource) {
             Some(&seen) if token < seen => {
@@ -58,7 +63,11 @@ impl Fence {
 
     /// The highest token accepted for `resource`.
     pub fn highest(&self, resource: &str) -> Option<FencingToken> {
-        self.highest.lock().unwrap_or_else(|e| e.into_inner()).get(resource).copied()
+        self.highest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(resource)
+            .copied()
     }
 }
 
@@ -70,13 +79,19 @@ mod tests {
     fn fence_refuses_stale_token_and_keeps_the_write_out() {
         let fence = Fence::new();
         let mut log = Vec::new();
-        fence.write("r", FencingToken::new(5), || log.push(5)).unwrap();
-        let err = fence.write("r", FencingToken::new(4), || log.push(4)).unwrap_err();
+        fence
+            .write("r", FencingToken::new(5), || log.push(5))
+            .unwrap();
+        let err = fence
+            .write("r", FencingToken::new(4), || log.push(4))
+            .unwrap_err();
         assert!(matches!(
             err,
             Error::StaleToken { presented, highest, .. } if presented.get() == 4 && highest.get() == 5
         ));
-        fence.write("r", FencingToken::new(9), || log.push(9)).unwrap();
+        fence
+            .write("r", FencingToken::new(9), || log.push(9))
+            .unwrap();
         assert_eq!(log, [5, 9]);
         assert_eq!(fence.highest("r"), Some(FencingToken::new(9)));
         // Resources are independent.
@@ -102,6 +117,9 @@ mod tests {
             t.join().unwrap();
         }
         let accepted = accepted.lock().unwrap();
-        assert!(accepted.windows(2).all(|w| w[0] <= w[1]), "writes applied out of token order");
+        assert!(
+            accepted.windows(2).all(|w| w[0] <= w[1]),
+            "writes applied out of token order"
+        );
     }
 }

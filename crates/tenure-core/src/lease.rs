@@ -197,8 +197,17 @@ mod tests {
 
     #[test]
     fn drift_margin_must_be_below_ttl() {
-        assert!(matches!(candidacy(100, 100), Err(Error::InvalidArgument { field: "drift_margin", .. })));
-        assert!(matches!(candidacy(0, 0), Err(Error::InvalidArgument { field: "ttl", .. })));
+        assert!(matches!(
+            candidacy(100, 100),
+            Err(Error::InvalidArgument {
+                field: "drift_margin",
+                ..
+            })
+        ));
+        assert!(matches!(
+            candidacy(0, 0),
+            Err(Error::InvalidArgument { field: "ttl", .. })
+        ));
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,4 +18,6 @@ pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
 pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle};
 pub use memory::MemoryBackend;
-pub use types::{CandidateId, ElectionKey, FencingToken, LeaderEvent, LeaderInfo, MAX_IDENTITY_LEN, MAX_KEY_LEN};
+pub use types::{
+    CandidateId, ElectionKey, FencingToken, LeaderEvent, LeaderInfo, MAX_IDENTITY_LEN, MAX_KEY_LEN,
+};

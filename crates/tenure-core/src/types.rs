@@ -178,7 +178,10 @@ mod tests {
                 other => panic!("{bad:?}: expected InvalidArgument(key), got {other:?}"),
             }
         }
-        assert_eq!(ElectionKey::new("billing/job-7").unwrap().as_str(), "billing/job-7");
+        assert_eq!(
+            ElectionKey::new("billing/job-7").unwrap().as_str(),
+            "billing/job-7"
+        );
     }
 
     #[test]
@@ -186,7 +189,10 @@ mod tests {
         for bad in ["", "a\tb", &"i".repeat(MAX_IDENTITY_LEN + 1)] {
             assert!(matches!(
                 CandidateId::new(bad),
-                Err(Error::InvalidArgument { field: "identity", .. })
+                Err(Error::InvalidArgument {
+                    field: "identity",
+                    ..
+                })
             ));
         }
     }

@@ -96,14 +96,21 @@ impl ElectorBuilder {
 
     /// Checks every setting against the rules and the backend's capabilities.
     pub fn build(self) -> Result<Elector> {
-        let key = ElectionKey::new(self.key.ok_or_else(|| Error::invalid("key", "is required"))?)?;
-        let identity =
-            CandidateId::new(self.identity.ok_or_else(|| Error::invalid("identity", "is required"))?)?;
+        let key = ElectionKey::new(
+            self.key
+                .ok_or_else(|| Error::invalid("key", "is required"))?,
+        )?;
+        let identity = CandidateId::new(
+            self.identity
+                .ok_or_else(|| Error::invalid("identity", "is required"))?,
+        )?;
         let ttl = self.ttl;
         if ttl.is_zero() {
             return Err(Error::invalid("ttl", "must be greater than zero"));
         }
-        let margin = self.drift_margin.unwrap_or_else(|| default_drift_margin(ttl));
+        let margin = self
+            .drift_margin
+            .unwrap_or_else(|| default_drift_margin(ttl));
         let candidacy = Candidacy::with_drift_margin(key, identity, ttl, margin)?;
         self.backend.capabilities().check(&candidacy)?;
         let renew_interval = self.renew_interval.unwrap_or(ttl / 3);
@@ -117,11 +124,17 @@ impl ElectorBuilder {
             ));
         }
         if !(0.0..1.0).contains(&self.renew_jitter) {
-            return Err(Error::invalid("renew_jitter", format!("{} must be in [0, 1)", self.renew_jitter)));
+            return Err(Error::invalid(
+                "renew_jitter",
+                format!("{} must be in [0, 1)", self.renew_jitter),
+            ));
         }
         let (retry_min, retry_max) = self.retry;
         if retry_min.is_zero() || retry_max < retry_min {
-            return Err(Error::invalid("retry_backoff", "min must be above zero and not above max"));
+            return Err(Error::invalid(
+                "retry_backoff",
+                "min must be above zero and not above max",
+            ));
         }
         let (shutdown, _) = watch::channel(false);
         Ok(Elector {
@@ -212,7 +225,10 @@ impl Elector {
             if *shutdown.borrow_and_update() {
                 return Err(Error::Shutdown);
             }
-            let attempt = self.inner.backend.acquire(&self.inner.candidacy, AcquireMode::Wait);
+            let attempt = self
+                .inner
+                .backend
+                .acquire(&self.inner.candidacy, AcquireMode::Wait);
             let outcome = tokio::select! {
                 outcome = attempt => outcome,
                 _ = shutdown.wait_for(|s| *s) => return Err(Error::Shutdown),
@@ -236,7 +252,12 @@ impl Elector {
 
     /// One attempt: leadership if the key is free now, `None` if someone holds it.
     pub async fn try_acquire(&self) -> Result<Option<Leadership>> {
-        match self.inner.backend.acquire(&self.inner.candidacy, AcquireMode::Once).await? {
+        match self
+            .inner
+            .backend
+            .acquire(&self.inner.candidacy, AcquireMode::Once)
+            .await?
+        {
             Acquisition::Granted(lease) => Ok(self.lead(lease).await),
             Acquisition::Held(_) => Ok(None),
         }

@@ -90,7 +90,11 @@ fn next_renewal(lease: &Lease, settings: &Settings) -> Instant {
 
 /// Releases with a bounded wait: a backend that does not answer within a TTL
 /// will have expired the lease by itself.
-pub(crate) async fn release(backend: &dyn LeaseBackend, lease: &Lease, settings: &Settings) -> Result<()> {
+pub(crate) async fn release(
+    backend: &dyn LeaseBackend,
+    lease: &Lease,
+    settings: &Settings,
+) -> Result<()> {
     match timeout(settings.ttl, backend.release(lease)).await {
         Ok(result) => result,
         Err(_) => Err(crate::Error::Timeout {

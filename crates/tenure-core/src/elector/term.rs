@@ -99,7 +99,8 @@ impl Term {
     /// Why the term ended, if it has.
     pub fn ended(&self) -> Option<LossReason> {
         let s = *self.shared.status.borrow();
-        s.ended.or((Instant::now() >= s.valid_until).then_some(LossReason::Expired))
+        s.ended
+            .or((Instant::now() >= s.valid_until).then_some(LossReason::Expired))
     }
 
     /// Resolves when the term ends, for any reason, at the latest at the
@@ -167,7 +168,9 @@ impl Leadership {
     /// a standby takes over immediately. Returns the backend's answer.
     pub async fn resign(mut self) -> Result<()> {
         let (reply, answer) = oneshot::channel();
-        let Some(tx) = self.step_down.take() else { return Ok(()) };
+        let Some(tx) = self.step_down.take() else {
+            return Ok(());
+        };
         // Stop believing first; only then may the release go out.
         self.term.shared.end(LossReason::Resigned);
         if tx.send(StepDown { reply }).is_err() {

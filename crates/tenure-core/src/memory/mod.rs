@@ -117,9 +117,19 @@ impl MemoryBackend {
     }
 }
 
-fn span(op: &'static str, key: &ElectionKey, identity: Option<&crate::CandidateId>) -> tracing::Span {
+fn span(
+    op: &'static str,
+    key: &ElectionKey,
+    identity: Option<&crate::CandidateId>,
+) -> tracing::Span {
     let identity = identity.map(|i| i.as_str()).unwrap_or("");
-    tracing::debug_span!("tenure", op, backend = "memory", key = key.as_str(), identity)
+    tracing::debug_span!(
+        "tenure",
+        op,
+        backend = "memory",
+        key = key.as_str(),
+        identity
+    )
 }
 
 #[async_trait]
@@ -201,11 +211,18 @@ impl LeaseBackend for MemoryBackend {
 
 fn lease_from(candidacy: &Candidacy, grant: Grant, sent_at: Instant) -> Lease {
     let token = Some(grant.token);
-    Lease::new(candidacy.clone(), token, sent_at, LeaseHandle::new(grant.id))
+    Lease::new(
+        candidacy.clone(),
+        token,
+        sent_at,
+        LeaseHandle::new(grant.id),
+    )
 }
 
 fn grant_of(lease: &Lease) -> Result<u64> {
-    lease.handle().get::<u64>().copied().ok_or_else(|| {
-        Error::invalid("lease", "was not granted by the memory backend")
-    })
+    lease
+        .handle()
+        .get::<u64>()
+        .copied()
+        .ok_or_else(|| Error::invalid("lease", "was not granted by the memory backend"))
 }

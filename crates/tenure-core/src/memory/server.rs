@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use super::Faults;
 use crate::{
-    Candidacy, CandidateId, Capabilities, ElectionKey, Error, FencingToken, LeaderEvent, LeaderInfo,
-    Result,
+    Candidacy, CandidateId, Capabilities, ElectionKey, Error, FencingToken, LeaderEvent,
+    LeaderInfo, Result,
 };
 
 /// Counters kept by the in-memory server.
@@ -125,7 +125,9 @@ impl State {
 
     /// Drops an expired holder; then hands a vacant key to the head of its queue.
     fn settle(&mut self, key: &ElectionKey, now: Instant) {
-        let Some(ks) = self.keys.get_mut(key) else { return };
+        let Some(ks) = self.keys.get_mut(key) else {
+            return;
+        };
         if ks.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
             ks.holder = None;
             self.stats.expiries += 1;
@@ -135,7 +137,10 @@ impl State {
                 break;
             };
             let grant = self.grant(key, &head.candidacy, head.id, now);
-            let tx = head.grant_tx.take().expect("a queued waiter has its sender");
+            let tx = head
+                .grant_tx
+                .take()
+                .expect("a queued waiter has its sender");
             self.stats.wakeups += 1;
             if let Err(unsent) = tx.send(grant) {
                 // The waiter is gone (its drop guard runs under this lock, so this
@@ -167,7 +172,9 @@ pub(super) struct Server {
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("capabilities", &self.capabilities).finish_non_exhaustive()
+        f.debug_struct("Server")
+            .field("capabilities", &self.capabilities)
+            .finish_non_exhaustive()
     }
 }
 
@@ -216,12 +223,16 @@ impl Server {
             let mut st = self.lock();
             let id = st.id();
             st.stats.enqueued += 1;
-            st.keys.entry(key.clone()).or_insert_with(KeyState::new).queue.push_back(Waiter {
-                id,
-                candidacy: candidacy.clone(),
-                grant_tx: Some(tx),
-                wake: wake.clone(),
-            });
+            st.keys
+                .entry(key.clone())
+                .or_insert_with(KeyState::new)
+                .queue
+                .push_back(Waiter {
+                    id,
+                    candidacy: candidacy.clone(),
+                    grant_tx: Some(tx),
+                    wake: wake.clone(),
+                });
             st.settle(&key, Instant::now());
             id
         };
@@ -262,13 +273,18 @@ impl Server {
                 st.stats.renewals += 1;
                 Ok(())
             }
-            _ => Err(Error::lease_lost(key.as_str(), "the grant expired or was released")),
+            _ => Err(Error::lease_lost(
+                key.as_str(),
+                "the grant expired or was released",
+            )),
         }
     }
 
     pub fn release(&self, key: &ElectionKey, grant: u64) {
         let mut st = self.lock_settled(key);
-        let Some(ks) = st.keys.get_mut(key) else { return };
+        let Some(ks) = st.keys.get_mut(key) else {
+            return;
+        };
         if ks.holder.as_ref().is_some_and(|h| h.grant == grant) {
             ks.holder = None;
             st.stats.releases += 1;
@@ -301,7 +317,11 @@ impl Server {
         self.lock().stats
     }
 
-    pub fn watch(self: &Arc<Self>, key: ElectionKey, faults: Arc<Faults>) -> BoxStream<'static, Result<LeaderEvent>> {
+    pub fn watch(
+        self: &Arc<Self>,
+        key: ElectionKey,
+        faults: Arc<Faults>,
+    ) -> BoxStream<'static, Result<LeaderEvent>> {
         let rx = {
             let mut st = self.lock();
             st.keys.entry(key.clone()).or_insert_with(KeyState::new);
@@ -310,24 +330,30 @@ impl Server {
         };
         let server = self.clone();
         let state = (server, key, rx, faults, None::<LeaderEvent>);
-        Box::pin(futures::stream::unfold(state, |(server, key, mut rx, faults, last)| async move {
-            loop {
-                // Notice expiry even when nobody else touches the key.
-                let expiry = {
-                    let st = server.lock_settled(&key);
-                    st.keys[&key].holder.as_ref().map(|h| h.expires_at)
-                };
-                let current = rx.borrow_and_update().clone();
-                if last.as_ref() != Some(&current) {
-                    faults.response().await;
-                    return Some((Ok(current.clone()), (server, key, rx, faults, Some(current))));
+        Box::pin(futures::stream::unfold(
+            state,
+            |(server, key, mut rx, faults, last)| async move {
+                loop {
+                    // Notice expiry even when nobody else touches the key.
+                    let expiry = {
+                        let st = server.lock_settled(&key);
+                        st.keys[&key].holder.as_ref().map(|h| h.expires_at)
+                    };
+                    let current = rx.borrow_and_update().clone();
+                    if last.as_ref() != Some(&current) {
+                        faults.response().await;
+                        return Some((
+                            Ok(current.clone()),
+                            (server, key, rx, faults, Some(current)),
+                        ));
+                    }
+                    tokio::select! {
+                        changed = rx.changed() => if changed.is_err() { return None },
+                        _ = sleep_until_opt(expiry) => {}
+                    }
                 }
-                tokio::select! {
-                    changed = rx.changed() => if changed.is_err() { return None },
-                    _ = sleep_until_opt(expiry) => {}
-                }
-            }
-        }))
+            },
+        ))
     }
 }
 
@@ -349,7 +375,9 @@ struct WithdrawOnDrop<'a> {
 impl Drop for WithdrawOnDrop<'_> {
     fn drop(&mut self) {
         let mut st = self.server.lock();
-        let Some(ks) = st.keys.get_mut(self.key) else { return };
+        let Some(ks) = st.keys.get_mut(self.key) else {
+            return;
+        };
         if let Some(pos) = ks.queue.iter().position(|w| w.id == self.waiter) {
             ks.queue.remove(pos);
             st.stats.withdrawn += 1;
