@@ -13,7 +13,9 @@ mod types;
 
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
-pub use elector::{Elector, ElectorBuilder, Leadership, LossReason, RenewOn, Term, DEFAULT_TTL};
+pub use elector::{
+    heartbeat_runtime, Elector, ElectorBuilder, Leadership, LossReason, RenewOn, Term, DEFAULT_TTL,
+};
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
 pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle};

@@ -19,7 +19,12 @@ pub enum RenewOn {
     CurrentRuntime,
 }
 
-fn heartbeat_runtime() -> &'static Handle {
+/// The runtime of the dedicated heartbeat thread, started on first use.
+///
+/// Backends that own network connections should create them on this runtime
+/// (`heartbeat_runtime().spawn(..)`), so that the tasks driving those
+/// connections cannot be starved by a busy application runtime either.
+pub fn heartbeat_runtime() -> &'static Handle {
     static HANDLE: OnceLock<Handle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_current_thread()
