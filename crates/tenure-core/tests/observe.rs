@@ -62,3 +62,15 @@ async fn observe_rewatches_after_errors_and_ends_at_shutdown() {
     settle().await;
     assert_eq!(seen.next().await, None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn observe_outlives_the_elector_it_came_from() {
+    let server = MemoryBackend::new();
+    let mut seen = elector(&server.client(), "watcher", TTL).observe();
+    assert_eq!(seen.next().await, Some(LeaderEvent::Vacant));
+    let _a = elector(&server.client(), "a", TTL)
+        .campaign()
+        .await
+        .unwrap();
+    assert_eq!(seen.next().await.as_ref().and_then(leader), Some("a"));
+}

@@ -75,10 +75,17 @@ pub(crate) fn observe(
     };
     futures::stream::unfold(observer, |mut o| async move {
         let mut shutdown = o.shutdown.clone();
+        let shut_down = async move {
+            // A dropped elector is no shutdown: the stream lives on without it.
+            if shutdown.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             event = o.next_event() => event.map(|e| (e, o)),
-            _ = shutdown.wait_for(|s| *s) => None,
+            _ = shut_down => None,
         }
     })
+    .fuse()
     .boxed()
 }
