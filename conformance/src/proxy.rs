@@ -1,0 +1,471 @@
+//! A TCP fault proxy: put one between each candidate and its server to cut
+//! that candidate off without touching the server or the other candidates.
+//!
+//! [`FaultProxy::start`] listens on `127.0.0.1:0` and forwards every
+//! connection to one upstream address. [`FaultProxy::set`] switches the
+//! [`Mode`] at any time; it applies to open connections and new ones alike:
+//!
+//! | mode | open connections | new connections |
+//! |---|---|---|
+//! | [`Mode::Pass`] | bytes flow | accepted, connected upstream |
+//! | [`Mode::Delay`]`(d)` | each chunk is held `d` in each direction (a round trip gains `2d`) | accepted, connected upstream |
+//! | [`Mode::Blackhole`] | nothing flows either way; bytes are held, not dropped, and reads stop once a few chunks are held, so TCP backpressure builds as on a dead link | accepted (the handshake completes) but not connected upstream: the client waits |
+//! | [`Mode::Reset`] | closed with RST (`SO_LINGER` 0) on both sides | accepted and closed with RST at once: the first read fails with `ConnectionReset` |
+//!
+//! Leaving `Blackhole` releases what was held: open connections resume,
+//! like TCP after a healed partition, unless an endpoint gave up meanwhile
+//! (as a client with a deadline does; then that side closes or resets and the
+//! other side follows). Connections accepted during the blackhole are
+//! connected upstream then. Leaving `Reset` lets new connections work again;
+//! reset ones stay gone. Closes pass through in order: a FIN after the bytes
+//! before it, an RST (or any error) on one side resets the other.
+//!
+//! Dropping the proxy stops listening and closes every connection.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+/// What the proxy does to the bytes it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Forward everything at once.
+    #[default]
+    Pass,
+    /// Forward everything, each chunk `Duration` after it was read.
+    Delay(Duration),
+    /// Forward nothing, keep every connection open.
+    Blackhole,
+    /// Reset every connection, open or new.
+    Reset,
+}
+
+/// A fault-injecting TCP proxy in front of one upstream address.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    mode: watch::Sender<Mode>,
+    open: Arc<AtomicUsize>,
+    accept_loop: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Listens on `127.0.0.1:0` and forwards to `upstream`, in [`Mode::Pass`].
+    pub async fn start(upstream: SocketAddr) -> std::io::Result<FaultProxy> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let open = Arc::new(AtomicUsize::new(0));
+        let accept_loop = tokio::spawn(accept_loop(listener, upstream, mode_rx, open.clone()));
+        Ok(FaultProxy {
+            addr,
+            upstream,
+            mode,
+            open,
+            accept_loop,
+        })
+    }
+
+    /// The address candidates connect to instead of the upstream.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address it forwards to.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// Switches the mode for open and new connections.
+    pub fn set(&self, mode: Mode) {
+        tracing::debug!(proxy = %self.addr, upstream = %self.upstream, ?mode, "fault proxy mode");
+        self.mode.send_replace(mode);
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        *self.mode.borrow()
+    }
+
+    /// Client connections currently open through the proxy.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        // Dropping the accept loop drops its JoinSet, which aborts every
+        // connection task and so closes their sockets.
+        self.accept_loop.abort();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    open: Arc<AtomicUsize>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((client, _)) => {
+                    connections.spawn(serve(client, upstream, mode.clone(), open.clone()));
+                }
+                Err(e) => {
+                    // Out of descriptors or the like: back off briefly.
+                    tracing::warn!(error = %e, "fault proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// Counts a connection as open for as long as it lives.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenGuard {
+    fn new(open: Arc<AtomicUsize>) -> OpenGuard {
+        open.fetch_add(1, Ordering::SeqCst);
+        OpenGuard(open)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Closes a socket with RST instead of FIN.
+fn reset(stream: TcpStream) {
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
+async fn serve(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    open: Arc<AtomicUsize>,
+) {
+    let _open = OpenGuard::new(open);
+    // Connect upstream only once something may flow.
+    loop {
+        let current = *mode.borrow_and_update();
+        match current {
+            Mode::Reset => return reset(client),
+            Mode::Blackhole => {
+                if mode.changed().await.is_err() {
+                    return;
+                }
+            }
+            Mode::Pass | Mode::Delay(_) => break,
+        }
+    }
+    let mut server = match TcpStream::connect(upstream).await {
+        Ok(server) => server,
+        Err(e) => {
+            tracing::debug!(%upstream, error = %e, "fault proxy could not reach upstream");
+            return reset(client);
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let clean = {
+        let (client_read, client_write) = client.split();
+        let (server_read, server_write) = server.split();
+        let forward = async {
+            tokio::try_join!(
+                pipe(client_read, server_write, mode.clone()),
+                pipe(server_read, client_write, mode.clone()),
+            )
+            .is_ok()
+        };
+        tokio::select! {
+            clean = forward => clean,
+            () = until_reset(mode.clone()) => false,
+        }
+    };
+    if !clean {
+        reset(client);
+        reset(server);
+    }
+}
+
+/// Returns once the mode is [`Mode::Reset`].
+async fn until_reset(mut mode: watch::Receiver<Mode>) {
+    loop {
+        if *mode.borrow_and_update() == Mode::Reset {
+            return;
+        }
+        if mode.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Returns once a chunk read at `read_at` may be written.
+async fn until_forwardable(mode: &mut watch::Receiver<Mode>, read_at: Instant) {
+    loop {
+        let current = *mode.borrow_and_update();
+        match current {
+            Mode::Pass => return,
+            Mode::Delay(delay) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(read_at + delay) => return,
+                    changed = mode.changed() => {
+                        if changed.is_err() {
+                            tokio::time::sleep_until(read_at + delay).await;
+                            return;
+                        }
+                    }
+                }
+            }
+            // Reset is handled by the connection; hold until then.
+            Mode::Blackhole | Mode::Reset => {
+                if mode.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+/// Copies one direction: a reader stamps each chunk with the time it was
+/// read, a writer forwards it when the mode allows. An empty chunk is EOF,
+/// forwarded as a write shutdown (FIN).
+async fn pipe(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    mut mode: watch::Receiver<Mode>,
+) -> std::io::Result<()> {
+    let (chunks, mut pending) = mpsc::channel::<(Instant, Vec<u8>)>(8);
+    let read = async move {
+        loop {
+            let mut buf = vec![0; 16 * 1024];
+            let n = from.read(&mut buf).await?;
+            buf.truncate(n);
+            if chunks.send((Instant::now(), buf)).await.is_err() || n == 0 {
+                return Ok::<(), std::io::Error>(());
+            }
+        }
+    };
+    let write = async move {
+        while let Some((read_at, chunk)) = pending.recv().await {
+            until_forwardable(&mut mode, read_at).await;
+            if chunk.is_empty() {
+                to.shutdown().await?;
+                return Ok(());
+            }
+            to.write_all(&chunk).await?;
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    tokio::try_join!(read, write).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    /// An echo server that counts the connections it accepted.
+    async fn echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let (mut r, mut w) = stream.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn round_trip(stream: &mut TcpStream, payload: &[u8]) -> std::io::Result<Vec<u8>> {
+        stream.write_all(payload).await?;
+        let mut buf = vec![0; payload.len()];
+        stream.read_exact(&mut buf).await?;
+        Ok(buf)
+    }
+
+    const QUIET: Duration = Duration::from_millis(300);
+
+    /// Asserts nothing arrives on `stream` for a while.
+    async fn assert_silent(stream: &mut TcpStream) {
+        let mut byte = [0; 1];
+        let read = tokio::time::timeout(QUIET, stream.read(&mut byte)).await;
+        assert!(read.is_err(), "expected silence, read {read:?}");
+    }
+
+    async fn read_error_kind(stream: &mut TcpStream) -> ErrorKind {
+        let mut byte = [0; 1];
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await {
+            Ok(Err(e)) => e.kind(),
+            other => panic!("expected a read error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn pass_forwards_both_ways() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        assert_ne!(proxy.addr(), upstream);
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"hello").await.unwrap(), b"hello");
+        assert_eq!(proxy.open_connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn delay_adds_the_delay_in_each_direction() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.set(Mode::Delay(Duration::from_millis(150)));
+        let started = Instant::now();
+        assert_eq!(round_trip(&mut client, b"slow").await.unwrap(), b"slow");
+        let delayed = started.elapsed();
+        assert!(
+            delayed >= Duration::from_millis(300),
+            "round trip took {delayed:?}"
+        );
+        proxy.set(Mode::Pass);
+        let started = Instant::now();
+        assert_eq!(round_trip(&mut client, b"fast").await.unwrap(), b"fast");
+        assert!(started.elapsed() < Duration::from_millis(150));
+    }
+
+    #[tokio::test]
+    async fn blackhole_holds_bytes_on_open_connections_until_pass() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"before").await.unwrap(), b"before");
+        proxy.set(Mode::Blackhole);
+        client.write_all(b"held").await.unwrap();
+        assert_silent(&mut client).await;
+        proxy.set(Mode::Pass);
+        let mut buf = [0; 4];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"held");
+    }
+
+    #[tokio::test]
+    async fn blackhole_accepts_new_connections_but_forwards_nothing() {
+        let (upstream, accepted) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        proxy.set(Mode::Blackhole);
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        client.write_all(b"anyone?").await.unwrap();
+        assert_silent(&mut client).await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            0,
+            "upstream saw a connection"
+        );
+        assert_eq!(proxy.open_connections(), 1);
+        proxy.set(Mode::Pass);
+        let mut buf = [0; 7];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"anyone?");
+    }
+
+    #[tokio::test]
+    async fn reset_closes_open_connections_with_rst() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"ok").await.unwrap(), b"ok");
+        proxy.set(Mode::Reset);
+        assert_eq!(
+            read_error_kind(&mut client).await,
+            ErrorKind::ConnectionReset
+        );
+    }
+
+    #[tokio::test]
+    async fn reset_resets_new_connections_and_pass_serves_them_again() {
+        let (upstream, accepted) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        proxy.set(Mode::Reset);
+        // The handshake may complete before the proxy resets; either way no
+        // byte gets through.
+        if let Ok(mut client) = TcpStream::connect(proxy.addr()).await {
+            assert_eq!(
+                read_error_kind(&mut client).await,
+                ErrorKind::ConnectionReset
+            );
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 0);
+        proxy.set(Mode::Pass);
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"again").await.unwrap(), b"again");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_upstream_resets_the_client() {
+        // Bind then drop: nothing listens on this port any more.
+        let dead = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let upstream = dead.local_addr().unwrap();
+        drop(dead);
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(
+            read_error_kind(&mut client).await,
+            ErrorKind::ConnectionReset
+        );
+    }
+
+    #[tokio::test]
+    async fn client_close_is_forwarded_and_the_connection_ends() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"bye").await.unwrap(), b"bye");
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        drop(client);
+        crate::harness::wait_for(
+            "the proxied connection to end",
+            Duration::from_secs(5),
+            || async { (proxy.open_connections() == 0).then_some(()) },
+        )
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_the_proxy_closes_its_connections() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"x").await.unwrap(), b"x");
+        drop(proxy);
+        let mut byte = [0; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut byte))
+            .await
+            .expect("the connection closes");
+        assert!(matches!(read, Ok(0) | Err(_)), "read {read:?}");
+    }
+}
