@@ -1,6 +1,26 @@
 //! tenure-conformance: the shared suite every tenure backend must pass, the
 //! container harness that starts real servers, and the fault injection used
 //! by the suite.
+//!
+//! A backend author implements [`BackendFactory`] and calls
+//! [`conformance_tests!`] (one test per case) or [`run_all`]; see the
+//! crate's README.
 
 pub mod harness;
 pub mod proxy;
+
+pub mod factory;
+mod macros;
+pub mod memory;
+pub mod process;
+pub mod report;
+pub mod suite;
+
+/// Re-exported for implementing [`BackendFactory`] and [`Link`].
+pub use async_trait::async_trait;
+pub use factory::{
+    BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault, ServerFaults, Timing,
+};
+pub use memory::MemoryFactory;
+pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};
+pub use suite::{run_all, run_one, Case, CASES};

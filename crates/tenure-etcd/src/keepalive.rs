@@ -48,6 +48,14 @@ impl KeepAlive {
         match result {
             Ok(Some(answer)) if answer.ttl() > 0 => Ok(Kept::Alive { sent_at }),
             Ok(Some(_)) => Ok(Kept::Expired),
+            Err(Error::Backend { source, .. })
+                if source
+                    .downcast_ref::<etcd_client::Error>()
+                    .is_some_and(crate::error::is_lease_not_found) =>
+            {
+                self.stream = None;
+                Ok(Kept::Expired)
+            }
             Ok(None) => {
                 self.stream = None;
                 Err(Error::Unavailable {

@@ -1,0 +1,207 @@
+//! What a backend author implements to run the suite: [`BackendFactory`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::{Capabilities, ElectionKey, LeaseBackend, Result};
+
+use crate::report::Property;
+
+/// One independent client of the backend under test, and the network link it uses.
+#[derive(Clone)]
+pub struct Client {
+    /// The client (its own connection or session).
+    pub backend: Arc<dyn LeaseBackend>,
+    /// The link between this client and the server, for cases that cut it
+    /// off; `None` when the factory cannot control it (those cases are skipped).
+    pub link: Option<Arc<dyn Link>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("backend", &self.backend)
+            .field("link", &self.link.is_some())
+            .finish()
+    }
+}
+
+/// What a link between one client and the server does to traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkFault {
+    /// Traffic flows normally.
+    Pass,
+    /// Every message is held back this long, each way split evenly.
+    Delay(Duration),
+    /// Traffic is silently dropped (calls hang) until the link passes again.
+    Blackhole,
+}
+
+/// The network between one client and the server: the memory backend's
+/// [`Faults`](tenure_core::memory::Faults) or a TCP fault proxy.
+#[async_trait]
+pub trait Link: Send + Sync + 'static {
+    /// Applies `fault` to calls made from now on (and, for a blackhole, to
+    /// calls in flight).
+    async fn set(&self, fault: LinkFault) -> Result<()>;
+}
+
+/// Real-time settings for the cases, chosen per backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// The TTL every case uses; must satisfy the backend's capabilities.
+    pub ttl: Duration,
+    /// One round trip plus scheduling noise: the bound for "at once" and
+    /// the allowance added to every deadline the suite checks.
+    pub round_trip: Duration,
+    /// How long to let requests land when the factory cannot
+    /// [count waiters](BackendFactory::waiting).
+    pub settle: Duration,
+}
+
+impl Timing {
+    /// 1 s (or the backend's minimum, rounded up to its granularity), 250 ms
+    /// round trip, 500 ms settle: real-time defaults for a networked backend.
+    pub fn for_capabilities(caps: &Capabilities) -> Timing {
+        let mut ttl = caps.min_ttl.max(Duration::from_secs(1));
+        let g = caps.ttl_granularity.as_nanos();
+        if g > 0 && ttl.as_nanos() % g != 0 {
+            ttl = caps.ttl_granularity * (ttl.as_nanos() / g + 1) as u32;
+        }
+        if let Some(max) = caps.max_ttl {
+            ttl = ttl.min(max);
+        }
+        Timing {
+            ttl,
+            round_trip: Duration::from_millis(250),
+            settle: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Control over the backend's server nodes, for the cases that fault the
+/// servers rather than one client. Nodes are numbered from 0.
+#[async_trait]
+pub trait ServerFaults: Send + Sync + 'static {
+    /// How many nodes the deployment has.
+    fn nodes(&self) -> usize;
+    /// Freezes node `node` (docker pause: no answers, no timers).
+    async fn pause(&self, node: usize) -> Result<()>;
+    /// Thaws it.
+    async fn unpause(&self, node: usize) -> Result<()>;
+}
+
+/// A candidate binary speaking [`crate::process::protocol`] (such as
+/// `tenure-candidate`, or a backend's own built on
+/// [`main_with`](crate::process::candidate::main_with)) and the URL it
+/// connects to the deployment with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CandidateCommand {
+    /// The binary.
+    pub program: std::path::PathBuf,
+    /// The backend URL it is given.
+    pub url: String,
+}
+
+/// A property the backend documents it does not keep, so the suite records
+/// its violations in the report instead of failing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gap {
+    /// The property.
+    pub property: Property,
+    /// Why, as the backend's documentation says it (shown in the report).
+    pub why: &'static str,
+}
+
+/// Makes clients of one backend deployment for the suite; a backend author
+/// implements this once and gets every case.
+///
+/// Capabilities are the backend's own (`client.capabilities()`), never
+/// adjusted to make a case pass. Optional hooks return `None` by default;
+/// cases that need one are then skipped or fall back to waiting
+/// [`Timing::settle`].
+#[async_trait]
+pub trait BackendFactory: Send + Sync + 'static {
+    /// The backend's name in the report (`memory`, `etcd-3node`, ...).
+    fn name(&self) -> &str;
+
+    /// What the backend promises; must equal what its clients report.
+    fn capabilities(&self) -> Capabilities;
+
+    /// A NEW independent client with its own connection or session.
+    async fn client(&self) -> Result<Client>;
+
+    /// Timing for the cases; the default suits a networked backend.
+    fn timing(&self) -> Timing {
+        Timing::for_capabilities(&self.capabilities())
+    }
+
+    /// The server's own write counter (etcd metrics, ZooKeeper `mntr`, Redis
+    /// `INFO commandstats`, ...), for the herd figure.
+    async fn server_writes(&self) -> Option<Result<u64>> {
+        None
+    }
+
+    /// How many candidates wait in line for `key` on the server.
+    async fn waiting(&self, _key: &ElectionKey) -> Option<Result<usize>> {
+        None
+    }
+
+    /// Whether the server holds any state for `key` (used to prove that
+    /// rejected input wrote nothing).
+    async fn key_exists(&self, _key: &ElectionKey) -> Option<Result<bool>> {
+        None
+    }
+
+    /// Control over the server nodes (cases that need it are skipped without it).
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        None
+    }
+
+    /// How to start a candidate as a separate OS process on this deployment,
+    /// for the SIGSTOP and SIGKILL cases (skipped without it).
+    fn candidate(&self) -> Option<CandidateCommand> {
+        None
+    }
+
+    /// Properties the backend documents it does not keep, beyond what its
+    /// capabilities already say (`fencing: false`, `herd_free_wait: false`).
+    fn gaps(&self) -> Vec<Gap> {
+        Vec::new()
+    }
+}
+
+#[async_trait]
+impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    async fn client(&self) -> Result<Client> {
+        (**self).client().await
+    }
+    fn timing(&self) -> Timing {
+        (**self).timing()
+    }
+    async fn server_writes(&self) -> Option<Result<u64>> {
+        (**self).server_writes().await
+    }
+    async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
+        (**self).waiting(key).await
+    }
+    async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
+        (**self).key_exists(key).await
+    }
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        (**self).servers()
+    }
+    fn candidate(&self) -> Option<CandidateCommand> {
+        (**self).candidate()
+    }
+    fn gaps(&self) -> Vec<Gap> {
+        (**self).gaps()
+    }
+}

@@ -1,0 +1,27 @@
+//! Turning a URL into a backend inside a candidate process.
+//!
+//! `memory:` is a private in-process server (one candidate only: useful to
+//! test the driver). A backend crate adds its scheme by building its own
+//! candidate binary around [`super::candidate::main_with`] with a connector
+//! that knows its URLs, until the facade's `connect(url)` serves them all.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
+
+/// Makes a backend client from a URL.
+pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
+
+/// The schemes this crate knows: `memory:`.
+pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>> {
+    Box::pin(async move {
+        match url.split(':').next() {
+            Some("memory") => Ok(Arc::new(MemoryBackend::new()) as Arc<dyn LeaseBackend>),
+            _ => Err(Error::invalid(
+                "url",
+                format!("{url:?}: no backend for this scheme in tenure-candidate"),
+            )),
+        }
+    })
+}

@@ -1,0 +1,273 @@
+//! Candidates as the cases drive them: a raw lease holder on a client, and
+//! an Elector's leadership, both reporting to the case's safety observers.
+
+use tenure_core::{
+    AcquireMode, Acquisition, ElectionKey, Elector, LeaderInfo, Leadership, Lease, LossReason, Term,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::context::{Context, Cx, Step};
+use super::safety::{TermId, Write};
+use crate::factory::Client;
+use crate::report::Property;
+
+/// A lease held directly through [`LeaseBackend`](tenure_core::LeaseBackend) calls.
+pub struct Holder {
+    cx: Cx,
+    /// The client that holds it.
+    pub client: Client,
+    /// The lease as last granted or renewed.
+    pub lease: Lease,
+    /// Its term in the safety recorder.
+    pub term: TermId,
+}
+
+/// Checks what contract points 5 and 9 say of a fresh grant, and records it.
+fn granted(
+    cx: &Cx,
+    client: &Client,
+    lease: Lease,
+    sent: Instant,
+    name: &str,
+    key: &ElectionKey,
+) -> Step<Holder> {
+    let now = Instant::now();
+    cx.check(
+        Property::Contract,
+        lease.sent_at() >= sent && lease.sent_at() <= now,
+        || {
+            format!(
+                "deadline counted from {:?} after the request, outside the call",
+                lease.sent_at() - sent
+            )
+        },
+    )?;
+    cx.check(
+        Property::Contract,
+        lease.key() == key && *lease.holder() == cx.identity(name),
+        || format!("granted {:?} for {}", lease.key(), lease.holder()),
+    )?;
+    if cx.caps().fencing {
+        cx.check(Property::Fencing, lease.token().is_some(), || {
+            format!("{name}'s grant carries no token")
+        })?;
+    }
+    let term = cx.safety().begin(
+        lease.holder().as_str(),
+        lease.token(),
+        now,
+        lease.valid_until(),
+    );
+    Ok(Holder {
+        cx: cx.clone(),
+        client: client.clone(),
+        lease,
+        term,
+    })
+}
+
+impl Holder {
+    /// One attempt: the holder, or who holds the key.
+    pub async fn try_acquire(
+        cx: &Cx,
+        client: &Client,
+        key: &ElectionKey,
+        name: &str,
+    ) -> Step<Result<Holder, LeaderInfo>> {
+        let sent = Instant::now();
+        match client
+            .backend
+            .acquire(&cx.candidacy(key, name), AcquireMode::Once)
+            .await
+            .ctx(format_args!("{name} acquires"))?
+        {
+            Acquisition::Granted(lease) => Ok(Ok(granted(cx, client, lease, sent, name, key)?)),
+            Acquisition::Held(info) => Ok(Err(info)),
+        }
+    }
+
+    /// One attempt that must be granted.
+    pub async fn acquire(cx: &Cx, client: &Client, key: &ElectionKey, name: &str) -> Step<Holder> {
+        let outcome = Self::try_acquire(cx, client, key, name).await?;
+        cx.check(Property::Contract, outcome.is_ok(), || {
+            format!(
+                "{name} was refused a vacant key: held by {:?}",
+                outcome.as_ref().err()
+            )
+        })?;
+        Ok(outcome.unwrap_or_else(|_| unreachable!("checked above")))
+    }
+
+    /// Waits in line until granted (the future may be dropped to withdraw).
+    pub async fn acquire_waiting(
+        cx: &Cx,
+        client: &Client,
+        key: &ElectionKey,
+        name: &str,
+    ) -> Step<Holder> {
+        let sent = Instant::now();
+        match client
+            .backend
+            .acquire(&cx.candidacy(key, name), AcquireMode::Wait)
+            .await
+            .ctx(format_args!("{name} waits"))?
+        {
+            Acquisition::Granted(lease) => granted(cx, client, lease, sent, name, key),
+            Acquisition::Held(info) => {
+                cx.check(Property::Contract, false, || {
+                    format!("a waiting acquire returned Held({info:?})")
+                })?;
+                unreachable!("a failed contract check ends the case")
+            }
+        }
+    }
+
+    /// The holder's name as the report shows it.
+    pub fn identity(&self) -> &str {
+        self.lease.holder().as_str()
+    }
+
+    /// Renews, extending the recorded deadline on success.
+    pub async fn renew(&mut self) -> tenure_core::Result<()> {
+        let renewed = self.client.backend.renew(&self.lease).await?;
+        self.cx.safety().extend(self.term, renewed.valid_until());
+        self.lease = renewed;
+        Ok(())
+    }
+
+    /// Steps down (believing no more from now on), then releases.
+    pub async fn release(self) -> Step {
+        self.cx.safety().end(self.term, Instant::now());
+        self.client
+            .backend
+            .release(&self.lease)
+            .await
+            .ctx(format_args!("{} releases", self.identity()))
+    }
+
+    /// Writes to the fenced store with this lease's token.
+    pub fn write(&self) -> Write {
+        self.cx
+            .store()
+            .write(self.term, self.identity(), self.lease.token())
+    }
+
+    /// Crashes: stops believing and renewing at once, releases nothing.
+    pub fn crash(&self) {
+        self.cx.safety().end(self.term, Instant::now());
+    }
+}
+
+/// An Elector for `name` on `key`, with the case's TTL.
+pub fn elector(cx: &Cx, client: &Client, key: &ElectionKey, name: &str) -> Step<Elector> {
+    Elector::builder(client.backend.clone())
+        .key(key.as_str())
+        .identity(cx.identity(name).as_str())
+        .ttl(cx.ttl())
+        .retry_backoff(cx.timing().round_trip / 10, cx.timing().round_trip)
+        .build()
+        .ctx(format_args!("building {name}'s elector"))
+}
+
+/// An Elector's leadership, with the instant its loss was observed.
+pub struct Leader {
+    /// The leadership (taken by `resign`).
+    pub leadership: Option<Leadership>,
+    /// A view of the term.
+    pub term: Term,
+    /// Its term in the safety recorder.
+    pub id: TermId,
+    lost: watch::Receiver<Option<(Instant, LossReason)>>,
+    cx: Cx,
+}
+
+impl Leader {
+    /// Records a leadership that `campaign` just returned, and watches for its loss.
+    pub fn new(cx: &Cx, leadership: Leadership) -> Leader {
+        let now = Instant::now();
+        let term = leadership.term();
+        let id = cx.safety().begin_term(&term, now);
+        let (tx, lost) = watch::channel(None);
+        let (watched, safety) = (term.clone(), cx.clone());
+        tokio::spawn(async move {
+            let reason = watched.lost().await;
+            let at = Instant::now();
+            safety.safety().end(id, at);
+            let _ = tx.send(Some((at, reason)));
+        });
+        Leader {
+            leadership: Some(leadership),
+            term,
+            id,
+            lost,
+            cx: cx.clone(),
+        }
+    }
+
+    /// Campaigns on `elector` until it leads (bounded by `limit`).
+    pub async fn campaign(cx: &Cx, elector: &Elector, limit: std::time::Duration) -> Step<Leader> {
+        let leadership = cx
+            .within(limit, "campaign", elector.campaign())
+            .await?
+            .ctx("campaign")?;
+        Ok(Leader::new(cx, leadership))
+    }
+
+    /// When and why the term ended, once observed.
+    pub async fn lost(&self) -> (Instant, LossReason) {
+        let mut rx = self.lost.clone();
+        let seen = rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|v| v.expect("waited for Some"));
+        seen.unwrap_or((Instant::now(), LossReason::Expired))
+    }
+
+    /// Resigns; the term ends before the release is sent.
+    pub async fn resign(&mut self) -> Step {
+        self.cx.safety().end(self.id, Instant::now());
+        match self.leadership.take() {
+            Some(l) => l.resign().await.ctx("resign"),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes to the fenced store with this term's token.
+    pub fn write(&self) -> Write {
+        self.cx
+            .store()
+            .write(self.id, self.term.identity().as_str(), self.term.token())
+    }
+}
+
+/// A standby campaigning in the background.
+pub struct Standby {
+    handle: tokio::task::JoinHandle<Step<Leader>>,
+}
+
+impl Standby {
+    /// Starts `elector` campaigning.
+    pub fn start(cx: &Cx, elector: Elector) -> Standby {
+        let cx = cx.clone();
+        let handle = tokio::spawn(async move {
+            let leadership = elector.campaign().await.ctx("standby campaign")?;
+            Ok(Leader::new(&cx, leadership))
+        });
+        Standby { handle }
+    }
+
+    /// Waits for it to lead, at most `limit`.
+    pub async fn leads(mut self, cx: &Cx, limit: std::time::Duration) -> Step<Leader> {
+        let joined = cx
+            .within(limit, "the standby leading", &mut self.handle)
+            .await?;
+        joined.map_err(|e| super::context::Failure::Fail(format!("standby task: {e}")))?
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}

@@ -1,0 +1,251 @@
+//! What a case runs with: the factory, fresh keys and identities, the
+//! safety recorder, the fenced store, and the checks it reports.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tenure_core::{Candidacy, CandidateId, Capabilities, ElectionKey};
+
+use super::safety::{FencedStore, SafetyRecorder};
+use crate::factory::{BackendFactory, Client, Timing};
+use crate::report::{Expect, Figures, Property, Violation};
+
+/// Why a case stopped early.
+#[derive(Debug)]
+pub enum Failure {
+    /// A promised property did not hold, or a step failed.
+    Fail(String),
+    /// The case does not apply.
+    Skip(String),
+}
+
+impl From<tenure_core::Error> for Failure {
+    fn from(e: tenure_core::Error) -> Self {
+        Failure::Fail(format!("unexpected error: {e}"))
+    }
+}
+
+/// A case step's result.
+pub type Step<T = ()> = Result<T, Failure>;
+
+/// Adds what was being done to a backend error.
+pub trait Context<T> {
+    /// Wraps an error as a failure of `what`.
+    fn ctx(self, what: impl Display) -> Step<T>;
+}
+
+impl<T> Context<T> for tenure_core::Result<T> {
+    fn ctx(self, what: impl Display) -> Step<T> {
+        self.map_err(|e| Failure::Fail(format!("{what}: {e}")))
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Log {
+    pub passed: u32,
+    pub violations: Vec<Violation>,
+    pub figures: Figures,
+    pub notes: Vec<String>,
+}
+
+pub(crate) struct Inner {
+    pub factory: Arc<dyn BackendFactory>,
+    pub case: &'static str,
+    pub caps: Capabilities,
+    pub timing: Timing,
+    pub safety: SafetyRecorder,
+    pub store: FencedStore,
+    pub log: Mutex<Log>,
+    seq: AtomicU64,
+    tag: String,
+}
+
+/// The context of one case; cheap to clone into the tasks it starts.
+#[derive(Clone)]
+pub struct Cx(pub(crate) Arc<Inner>);
+
+impl Cx {
+    pub(crate) fn new(factory: Arc<dyn BackendFactory>, case: &'static str) -> Cx {
+        let caps = factory.capabilities();
+        let timing = factory.timing();
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        Cx(Arc::new(Inner {
+            factory,
+            case,
+            caps,
+            timing,
+            safety: SafetyRecorder::default(),
+            store: FencedStore::default(),
+            log: Mutex::default(),
+            seq: AtomicU64::new(0),
+            tag: format!("{:x}{:x}", std::process::id(), millis % (1 << 40)),
+        }))
+    }
+
+    pub(crate) fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.0.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The factory under test.
+    pub fn factory(&self) -> &dyn BackendFactory {
+        &*self.0.factory
+    }
+    /// The backend's declared capabilities.
+    pub fn caps(&self) -> &Capabilities {
+        &self.0.caps
+    }
+    /// The case's timing.
+    pub fn timing(&self) -> Timing {
+        self.0.timing
+    }
+    /// The TTL of every candidacy.
+    pub fn ttl(&self) -> Duration {
+        self.0.timing.ttl
+    }
+    /// The safety recorder every candidate reports to.
+    pub fn safety(&self) -> &SafetyRecorder {
+        &self.0.safety
+    }
+    /// The fenced store every leader writes through.
+    pub fn store(&self) -> &FencedStore {
+        &self.0.store
+    }
+
+    fn next(&self) -> u64 {
+        self.0.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A key no other case or run uses, valid under every key rule and
+    /// within the backend's key length (the case's name is shortened to fit).
+    pub fn new_key(&self) -> ElectionKey {
+        let unique = format!("{}-{}", self.0.tag, self.next());
+        let room = self
+            .0
+            .caps
+            .max_key_len
+            .saturating_sub(unique.len() + 4)
+            .min(self.0.case.len());
+        let case = self.0.case[..room].replace('_', "-");
+        let key = match case.trim_end_matches('-') {
+            "" => format!("tc.{unique}"),
+            case => format!("tc.{case}.{unique}"),
+        };
+        ElectionKey::new(key).expect("generated keys are valid")
+    }
+
+    /// A candidate identity for this case.
+    pub fn identity(&self, name: &str) -> CandidateId {
+        CandidateId::new(format!("{}-{name}", self.0.case)).expect("generated identities are valid")
+    }
+
+    /// A candidacy for `name` on `key` with the case's TTL.
+    pub fn candidacy(&self, key: &ElectionKey, name: &str) -> Candidacy {
+        Candidacy::new(key.clone(), self.identity(name), self.ttl())
+            .expect("the suite's TTL is valid")
+    }
+
+    /// A new independent client whose capabilities match the factory's.
+    pub async fn client(&self) -> Step<Client> {
+        let client = self.factory().client().await.ctx("making a client")?;
+        let declared = client.backend.capabilities();
+        self.check(Property::Contract, declared == self.0.caps, || {
+            format!(
+                "the client declares {declared:?}, the factory {:?}",
+                self.0.caps
+            )
+        })?;
+        Ok(client)
+    }
+
+    /// What the backend promises for `property`.
+    pub fn expect(&self, property: Property) -> Expect {
+        if let Some(gap) = self
+            .factory()
+            .gaps()
+            .into_iter()
+            .find(|g| g.property == property)
+        {
+            return Expect::NotPromised(gap.why.to_owned());
+        }
+        match property {
+            Property::Fencing if !self.0.caps.fencing => {
+                Expect::NotPromised("capabilities: fencing = false".into())
+            }
+            Property::HerdFree if !self.0.caps.herd_free_wait => {
+                Expect::NotPromised("capabilities: herd_free_wait = false".into())
+            }
+            _ => Expect::Must,
+        }
+    }
+
+    /// Records a check; a promised property that does not hold ends the case.
+    pub fn check(&self, property: Property, ok: bool, detail: impl FnOnce() -> String) -> Step {
+        if ok {
+            self.log().passed += 1;
+            return Ok(());
+        }
+        let detail = detail();
+        let promised = self.expect(property) == Expect::Must;
+        self.log().violations.push(Violation {
+            property,
+            promised,
+            detail: detail.clone(),
+        });
+        if promised {
+            Err(Failure::Fail(format!("{property}: {detail}")))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Updates the measured figures.
+    pub fn figures(&self, update: impl FnOnce(&mut Figures)) {
+        update(&mut self.log().figures);
+    }
+
+    /// Adds an observation to the report.
+    pub fn note(&self, note: impl Into<String>) {
+        self.log().notes.push(note.into());
+    }
+
+    /// Awaits `fut`, failing the case if it takes longer than `limit`.
+    pub async fn within<T>(
+        &self,
+        limit: Duration,
+        what: impl Display,
+        fut: impl Future<Output = T>,
+    ) -> Step<T> {
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| Failure::Fail(format!("{what}: nothing after {limit:?}")))
+    }
+
+    /// Waits until `n` candidates wait for `key` (polling the factory's
+    /// counter), or for [`Timing::settle`] where it has none.
+    pub async fn until_waiting(&self, key: &ElectionKey, n: usize) -> Step {
+        let limit = self.timing().settle.max(Duration::from_millis(500)) * 10;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match self.factory().waiting(key).await {
+                None => {
+                    tokio::time::sleep(self.timing().settle).await;
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(Failure::Fail(format!("counting waiters: {e}"))),
+                Some(Ok(k)) if k >= n => return Ok(()),
+                Some(Ok(k)) if tokio::time::Instant::now() >= deadline => {
+                    return Err(Failure::Fail(format!(
+                        "{k} of {n} candidates queued after {limit:?}"
+                    )))
+                }
+                Some(Ok(_)) => tokio::time::sleep(Duration::from_millis(2)).await,
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Contract point 3: with many candidates waiting, a leadership change costs
+//! O(1) server writes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::candidate::Holder;
+use super::context::{Failure, Step};
+use super::runner::{run_case, Meta};
+use crate::factory::BackendFactory;
+use crate::report::{CaseReport, Property};
+
+/// Waiting candidates in the herd case.
+pub const HERD: usize = 100;
+/// Leadership changes counted.
+const CHANGES: u32 = 5;
+/// Server writes per change a herd-free backend may spend (release, grant, and one spare).
+const HERD_FREE_WRITES: f64 = 3.0;
+
+/// With 100 ([`HERD`]) candidates waiting, hands the lease down the line several
+/// times and counts the server's writes per change.
+pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    let meta = Meta {
+        name: "herd_writes_per_leadership_change",
+        contract: "3",
+        alone: true,
+    };
+    run_case(factory, meta, |cx| async move {
+        let Some(first) = cx.factory().server_writes().await else {
+            return Err(Failure::Skip("the factory has no server write counter".into()));
+        };
+        first.map_err(|e| Failure::Fail(format!("reading the write counter: {e}")))?;
+        let key = cx.new_key();
+        let mut current = Holder::acquire(&cx, &cx.client().await?, &key, "holder").await?;
+        let (tx, mut grants) = mpsc::unbounded_channel::<Step<Holder>>();
+        let mut tasks = Vec::with_capacity(HERD);
+        for i in 0..HERD {
+            let (cx, key, tx) = (cx.clone(), key.clone(), tx.clone());
+            let client = cx.client().await?;
+            tasks.push(tokio::spawn(async move {
+                let _ = tx.send(Holder::acquire_waiting(&cx, &client, &key, &format!("w{i}")).await);
+            }));
+        }
+        cx.until_waiting(&key, HERD).await?;
+        let writes = || async {
+            match cx.factory().server_writes().await {
+                Some(Ok(n)) => Ok(n),
+                other => Err(Failure::Fail(format!("reading the write counter: {other:?}"))),
+            }
+        };
+        let before = writes().await?;
+        let mut handovers = Duration::ZERO;
+        for _ in 0..CHANGES {
+            // Each leader holds a while, as real ones do: waiting that polls costs writes meanwhile.
+            tokio::time::sleep(cx.timing().settle.min(cx.ttl() / 4)).await;
+            current.write();
+            let released = Instant::now();
+            current.release().await?;
+            let limit = cx.ttl() + cx.timing().round_trip * 4;
+            let next = cx.within(limit, "the next candidate's grant", grants.recv()).await?;
+            current = next.ok_or_else(|| Failure::Fail("every waiter ended".into()))??;
+            handovers += cx.safety().get(current.term).start - released;
+        }
+        let after = writes().await?;
+        current.write();
+        current.release().await?;
+        for task in &tasks {
+            task.abort();
+        }
+        let per_change = (after - before) as f64 / f64::from(CHANGES);
+        cx.figures(|f| {
+            f.writes_per_change = Some(per_change);
+            f.handover_ms = Some(handovers.as_secs_f64() * 1000.0 / f64::from(CHANGES));
+        });
+        cx.note(format!("{} server writes over {CHANGES} changes with {HERD} waiting", after - before));
+        cx.check(Property::HerdFree, per_change <= HERD_FREE_WRITES, || {
+            format!("{per_change:.1} server writes per leadership change with {HERD} waiting (herd-free allows {HERD_FREE_WRITES})")
+        })
+    })
+    .await
+}

@@ -1,0 +1,292 @@
+//! Contract point 1: bad input gets `InvalidArgument` naming the field,
+//! before anything is sent, so nothing is left on the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{
+    AcquireMode, Candidacy, CandidateId, ElectionKey, Elector, Error, KeyRule, LeaseBackend,
+    MAX_KEY_LEN,
+};
+
+use super::context::{Context, Cx, Failure, Step};
+use super::runner::{run_case, Meta};
+use crate::factory::BackendFactory;
+use crate::report::{CaseReport, Property};
+
+fn names_field<T: std::fmt::Debug>(result: &tenure_core::Result<T>, field: &str) -> bool {
+    matches!(result, Err(Error::InvalidArgument { field: f, .. }) if *f == field)
+}
+
+/// Checks `result` is `InvalidArgument` for `field`.
+fn rejected<T: std::fmt::Debug>(
+    cx: &Cx,
+    what: &str,
+    field: &str,
+    result: tenure_core::Result<T>,
+) -> Step {
+    cx.check(Property::Contract, names_field(&result, field), || {
+        format!("{what}: expected InvalidArgument naming {field:?}, got {result:?}")
+    })
+}
+
+/// Server writes now, where the factory can count them.
+async fn writes(cx: &Cx) -> Step<Option<u64>> {
+    cx.factory()
+        .server_writes()
+        .await
+        .transpose()
+        .ctx("reading the write counter")
+}
+
+/// Proves the bad calls wrote nothing: the counter did not move and `key` is unknown.
+async fn nothing_written(cx: &Cx, before: Option<u64>, key: Option<&ElectionKey>) -> Step {
+    let after = writes(cx).await?;
+    cx.check(Property::Contract, before == after, || {
+        format!("server writes went from {before:?} to {after:?}")
+    })?;
+    if let Some(key) = key {
+        if let Some(exists) = cx.factory().key_exists(key).await {
+            let exists = exists.ctx("looking the key up")?;
+            cx.check(Property::Contract, !exists, || {
+                format!("the server keeps state for {key:?}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Both acquire modes and watch refuse a candidacy for `field`; nothing is written.
+async fn backend_refuses(cx: &Cx, candidacy: &Candidacy, field: &str) -> Step {
+    let client = cx.client().await?;
+    let before = writes(cx).await?;
+    for mode in [AcquireMode::Once, AcquireMode::Wait] {
+        let result = cx
+            .within(
+                cx.timing().round_trip,
+                "a refused acquire",
+                client.backend.acquire(candidacy, mode),
+            )
+            .await?;
+        rejected(
+            cx,
+            &format!("acquire ({mode:?})"),
+            field,
+            result.map(|_| ()),
+        )?;
+    }
+    if field == "key" {
+        let watched = client.backend.watch(candidacy.key()).await;
+        rejected(cx, "watch", field, watched.map(|_| ()))?;
+    }
+    nothing_written(cx, before, Some(candidacy.key())).await
+}
+
+/// The Elector builder refuses the setting for `field`.
+fn builder_refuses(
+    cx: &Cx,
+    backend: Arc<dyn LeaseBackend>,
+    field: &str,
+    edit: impl FnOnce(tenure_core::ElectorBuilder) -> tenure_core::ElectorBuilder,
+) -> Step {
+    let builder = Elector::builder(backend)
+        .key(cx.new_key().as_str())
+        .identity("builder")
+        .ttl(cx.ttl());
+    rejected(
+        cx,
+        "Elector::builder",
+        field,
+        edit(builder).build().map(|_| ()),
+    )
+}
+
+fn meta(name: &'static str) -> Meta {
+    Meta {
+        name,
+        contract: "1",
+        alone: true,
+    }
+}
+
+/// An empty key cannot be made, in the API or the Elector builder.
+pub async fn empty_key_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    run_case(
+        factory,
+        meta("empty_key_is_invalid_argument"),
+        |cx| async move {
+            let before = writes(&cx).await?;
+            rejected(&cx, "ElectionKey::new(\"\")", "key", ElectionKey::new(""))?;
+            builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(""))?;
+            nothing_written(&cx, before, None).await
+        },
+    )
+    .await
+}
+
+/// A key the backend's key rule forbids is refused before anything is sent.
+pub async fn key_breaking_backend_rule_is_invalid_argument(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    run_case(
+        factory,
+        meta("key_breaking_backend_rule_is_invalid_argument"),
+        |cx| async move {
+            let bad = match cx.caps().key_rule {
+                KeyRule::PathSegments => "tc//empty-segment",
+                KeyRule::Dns1123Subdomain => "tc.Upper_Case",
+                KeyRule::Any => {
+                    return Err(Failure::Skip(
+                        "the backend stores every valid ElectionKey".into(),
+                    ))
+                }
+                other => return Err(Failure::Skip(format!("no bad key known for {other:?}"))),
+            };
+            let key = ElectionKey::new(bad).ctx("a key valid for ElectionKey")?;
+            let candidacy = Candidacy::new(key, cx.identity("a"), cx.ttl()).ctx("candidacy")?;
+            backend_refuses(&cx, &candidacy, "key").await?;
+            builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(bad))
+        },
+    )
+    .await
+}
+
+/// A key longer than the backend (or any backend) allows is refused.
+pub async fn key_over_backend_max_len_is_invalid_argument(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    run_case(
+        factory,
+        meta("key_over_backend_max_len_is_invalid_argument"),
+        |cx| async move {
+            let max = cx.caps().max_key_len;
+            if max >= MAX_KEY_LEN {
+                let before = writes(&cx).await?;
+                rejected(
+                    &cx,
+                    "ElectionKey::new(too long)",
+                    "key",
+                    ElectionKey::new("k".repeat(MAX_KEY_LEN + 1)),
+                )?;
+                return nothing_written(&cx, before, None).await;
+            }
+            let key =
+                ElectionKey::new("k".repeat(max + 1)).ctx("a key of max_key_len + 1 bytes")?;
+            let candidacy = Candidacy::new(key, cx.identity("a"), cx.ttl()).ctx("candidacy")?;
+            backend_refuses(&cx, &candidacy, "key").await
+        },
+    )
+    .await
+}
+
+/// A zero TTL is refused by the candidacy and by the Elector builder.
+pub async fn ttl_zero_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    run_case(
+        factory,
+        meta("ttl_zero_is_invalid_argument"),
+        |cx| async move {
+            let before = writes(&cx).await?;
+            rejected(
+                &cx,
+                "Candidacy::new(ttl 0)",
+                "ttl",
+                Candidacy::new(cx.new_key(), cx.identity("a"), Duration::ZERO),
+            )?;
+            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| {
+                b.ttl(Duration::ZERO)
+            })?;
+            nothing_written(&cx, before, None).await
+        },
+    )
+    .await
+}
+
+/// A TTL below the backend's minimum is refused before anything is sent.
+pub async fn ttl_below_backend_minimum_is_invalid_argument(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    run_case(
+        factory,
+        meta("ttl_below_backend_minimum_is_invalid_argument"),
+        |cx| async move {
+            let ttl = cx.caps().min_ttl / 2;
+            if ttl.is_zero() {
+                return Err(Failure::Skip("the backend has no minimum TTL".into()));
+            }
+            let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
+            backend_refuses(&cx, &candidacy, "ttl").await?;
+            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
+        },
+    )
+    .await
+}
+
+/// A TTL that is not a whole multiple of the backend's granularity is refused.
+pub async fn ttl_off_granularity_is_invalid_argument(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    run_case(
+        factory,
+        meta("ttl_off_granularity_is_invalid_argument"),
+        |cx| async move {
+            let half = cx.caps().ttl_granularity / 2;
+            if half.is_zero() {
+                return Err(Failure::Skip("the backend takes any TTL".into()));
+            }
+            let ttl = cx.ttl() + half;
+            let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
+            backend_refuses(&cx, &candidacy, "ttl").await?;
+            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
+        },
+    )
+    .await
+}
+
+/// An empty identity cannot be made, in the API or the Elector builder.
+pub async fn empty_identity_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    run_case(
+        factory,
+        meta("empty_identity_is_invalid_argument"),
+        |cx| async move {
+            let before = writes(&cx).await?;
+            rejected(
+                &cx,
+                "CandidateId::new(\"\")",
+                "identity",
+                CandidateId::new(""),
+            )?;
+            builder_refuses(&cx, cx.client().await?.backend, "identity", |b| {
+                b.identity("")
+            })?;
+            nothing_written(&cx, before, None).await
+        },
+    )
+    .await
+}
+
+/// The Elector builder refuses a renewal interval that leaves no room
+/// before the deadline (equal to or above the TTL).
+pub async fn elector_rejects_renew_interval_not_below_ttl(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    run_case(
+        factory,
+        meta("elector_rejects_renew_interval_not_below_ttl"),
+        |cx| async move {
+            let before = writes(&cx).await?;
+            let backend = cx.client().await?.backend;
+            let ttl = cx.ttl();
+            builder_refuses(&cx, backend.clone(), "renew_interval", |b| {
+                b.renew_interval(ttl)
+            })?;
+            builder_refuses(&cx, backend.clone(), "renew_interval", |b| {
+                b.renew_interval(ttl * 2)
+            })?;
+            builder_refuses(&cx, backend, "renew_interval", |b| {
+                b.renew_interval(Duration::ZERO)
+            })?;
+            nothing_written(&cx, before, None).await
+        },
+    )
+    .await
+}

@@ -1,0 +1,82 @@
+//! The cases: one `pub async fn` per MUST of the contract, each named for
+//! the behaviour it checks, each returning a [`CaseReport`].
+
+mod acquire;
+mod candidate;
+mod context;
+mod elector;
+mod herd;
+mod input;
+mod process;
+mod release;
+mod renew;
+mod runner;
+mod safety;
+mod servers;
+mod tokens;
+mod watch;
+mod watcher;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+pub use acquire::{
+    acquire_uncontended, acquire_when_held_reports_holder,
+    dropped_waiting_acquire_leaves_no_queue_entry,
+};
+pub use candidate::{elector as elector_for, Holder, Leader, Standby};
+pub use context::{Context, Cx, Failure, Step};
+pub use elector::{
+    crashed_leader_taken_over_after_ttl, partitioned_leader_steps_down_before_anyone_else_leads,
+    resign_hands_over_at_once,
+};
+pub use herd::{herd_writes_per_leadership_change, HERD};
+pub use input::{
+    elector_rejects_renew_interval_not_below_ttl, empty_identity_is_invalid_argument,
+    empty_key_is_invalid_argument, key_breaking_backend_rule_is_invalid_argument,
+    key_over_backend_max_len_is_invalid_argument, ttl_below_backend_minimum_is_invalid_argument,
+    ttl_off_granularity_is_invalid_argument, ttl_zero_is_invalid_argument,
+};
+pub use process::{
+    killed_candidate_taken_over_within_ttl_plus_1s, paused_candidate_loses_and_its_write_is_refused,
+};
+pub use release::{
+    release_after_cancelled_renew_frees_at_once, release_lets_waiting_standby_lead_at_once,
+    stale_release_leaves_new_holder_in_place,
+};
+pub use renew::{expiry_after_ttl_not_before, renew_after_expiry_is_lease_lost, renew_extends};
+pub use runner::{run_all, run_case, run_one, Meta};
+pub use safety::{FencedStore, SafetyRecorder, TermId, TermRecord, Write};
+pub use servers::servers_paused_longer_than_ttl_leader_steps_down;
+pub use tokens::tokens_strictly_increase;
+pub use watch::{watch_reports_changes_in_order_and_vacancy, watch_starts_with_current_state};
+pub use watcher::Watcher;
+
+use crate::factory::BackendFactory;
+use crate::report::CaseReport;
+
+/// A case of the suite, by name.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The case's function name (also the generated test's name).
+    pub name: &'static str,
+    /// Runs it.
+    pub run: fn(Arc<dyn BackendFactory>) -> BoxFuture<'static, CaseReport>,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+macro_rules! case_table {
+    (() [ $($case:ident),* $(,)? ]) => {
+        /// Every case, in report order.
+        pub static CASES: &[Case] = &[ $( Case { name: stringify!($case), run: |f| Box::pin($case(f)) } ),* ];
+        /// Every case's name, in report order.
+        pub static CASE_NAMES: &[&str] = &[ $( stringify!($case) ),* ];
+    };
+}
+crate::__cases!(case_table());

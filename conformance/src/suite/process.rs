@@ -1,0 +1,187 @@
+//! Faults only a separate OS process can suffer: frozen by SIGSTOP for
+//! longer than the TTL, and killed by SIGKILL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::candidate::{elector, Standby};
+use super::context::{Cx, Failure, Step};
+use super::runner::{run_case, Meta};
+use super::safety::{TermId, Write};
+use crate::factory::BackendFactory;
+use crate::process::clock::from_ns;
+use crate::process::{CandidateProcess, Command, Message};
+use crate::report::{CaseReport, Property};
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| Failure::Fail(format!("{what}: {e}"))
+}
+
+/// Starts candidate process `a` and lets it lead; returns it with its term.
+async fn leading_process(
+    cx: &Cx,
+    key: &tenure_core::ElectionKey,
+) -> Step<(CandidateProcess, TermId, Option<u64>)> {
+    let Some(command) = cx.factory().candidate() else {
+        return Err(Failure::Skip(
+            "the factory starts no candidate processes".into(),
+        ));
+    };
+    let identity = cx.identity("a");
+    let limit = cx.ttl() + Duration::from_secs(5);
+    let mut a = CandidateProcess::spawn(
+        &command.program,
+        &command.url,
+        key.as_str(),
+        identity.as_str(),
+        cx.ttl(),
+        limit,
+    )
+    .await
+    .map_err(io("starting the candidate process"))?;
+    a.request(Command::Campaign, limit)
+        .await
+        .map_err(io("campaign"))?
+        .map_err(Failure::Fail)?;
+    match a.next_event(limit).await {
+        Some((
+            Message::Elected {
+                token,
+                at_ns,
+                valid_until_ns,
+            },
+            _,
+        )) => {
+            let term = cx.safety().begin(
+                identity.as_str(),
+                token.map(tenure_core::FencingToken::new),
+                from_ns(at_ns),
+                from_ns(valid_until_ns),
+            );
+            cx.store().write(
+                term,
+                identity.as_str(),
+                token.map(tenure_core::FencingToken::new),
+            );
+            Ok((a, term, token))
+        }
+        other => Err(Failure::Fail(format!(
+            "the candidate process did not lead: {other:?}"
+        ))),
+    }
+}
+
+/// A candidate process frozen (SIGSTOP) for longer than the TTL is replaced;
+/// resumed, it reports the loss, is no longer valid, and its write is refused.
+pub async fn paused_candidate_loses_and_its_write_is_refused(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "paused_candidate_loses_and_its_write_is_refused",
+        contract: "6, 9",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let key = cx.new_key();
+        let (mut a, term, token) = leading_process(&cx, &key).await?;
+        let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
+        cx.until_waiting(&key, 1).await?;
+        let paused = Instant::now();
+        a.pause().map_err(io("SIGSTOP"))?;
+        let bound = cx.ttl() + cx.caps().expiry_slack + Duration::from_secs(1);
+        let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
+        let failover = cx.safety().get(b.id).start - paused;
+        cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
+        b.write();
+        a.resume().map_err(io("SIGCONT"))?;
+        match a.next_event(Duration::from_secs(2)).await {
+            Some((
+                Message::Lost {
+                    reason,
+                    at_ns,
+                    valid_until_ns,
+                },
+                _,
+            )) => {
+                cx.safety().extend(term, from_ns(valid_until_ns));
+                cx.safety().end(term, from_ns(at_ns));
+                cx.check(Property::Contract, reason != "Resigned", || {
+                    format!("the frozen candidate's term ended as {reason}")
+                })?;
+            }
+            other => cx.check(Property::Contract, false, || {
+                format!("resumed, the candidate reported {other:?}, not its loss")
+            })?,
+        }
+        let status = a
+            .request(Command::Write, Duration::from_secs(2))
+            .await
+            .map_err(io("write"))?
+            .map_err(Failure::Fail)?;
+        cx.check(Property::Contract, !status.valid, || {
+            "resumed after the TTL, the candidate still claims validity".into()
+        })?;
+        let zombie = cx.store().write(
+            term,
+            cx.identity("a").as_str(),
+            token.map(tenure_core::FencingToken::new),
+        );
+        cx.check(Property::Fencing, zombie == Write::Refused, || {
+            "the resumed candidate's write was accepted".into()
+        })?;
+        cx.check(Property::Timing, failover <= bound, || {
+            format!("failover took {failover:?}, bound {bound:?}")
+        })?;
+        b.resign().await
+    })
+    .await
+}
+
+/// A candidate process killed (SIGKILL) while leading is replaced within
+/// the TTL plus the backend's slack plus 1 s; its token is refused after.
+pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "killed_candidate_taken_over_within_ttl_plus_1s",
+        contract: "6, 9",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let key = cx.new_key();
+        let (mut a, term, token) = leading_process(&cx, &key).await?;
+        let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
+        cx.until_waiting(&key, 1).await?;
+        let status = a
+            .request(Command::Status, Duration::from_secs(2))
+            .await
+            .map_err(io("status"))?
+            .map_err(Failure::Fail)?;
+        if let Some(ns) = status.valid_until_ns {
+            cx.safety().extend(term, from_ns(ns));
+        }
+        let killed = Instant::now();
+        a.kill().await.map_err(io("SIGKILL"))?;
+        cx.safety().end(term, killed);
+        let bound = cx.ttl() + cx.caps().expiry_slack + Duration::from_secs(1);
+        let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
+        let failover = cx.safety().get(b.id).start - killed;
+        cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
+        cx.check(Property::Timing, failover <= bound, || {
+            format!("failover took {failover:?}, bound {bound:?}")
+        })?;
+        b.write();
+        let zombie = cx.store().write(
+            term,
+            cx.identity("a").as_str(),
+            token.map(tenure_core::FencingToken::new),
+        );
+        cx.check(Property::Fencing, zombie == Write::Refused, || {
+            "the killed leader's token was accepted after the new leader's".into()
+        })?;
+        b.resign().await
+    })
+    .await
+}

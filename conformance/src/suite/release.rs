@@ -1,0 +1,146 @@
+//! Contract point 8: release frees the key at once, only for its own grant.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::candidate::Holder;
+use super::context::{Context, Cx, Failure, Step};
+use super::runner::{run_case, Meta};
+use super::watcher::{elected, vacant, Watcher};
+use crate::factory::{BackendFactory, Client, LinkFault};
+use crate::report::{CaseReport, Property};
+
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Starts `name` waiting for `key` in the background and waits until it is queued.
+async fn standby(
+    cx: &Cx,
+    client: &Client,
+    key: &tenure_core::ElectionKey,
+    name: &'static str,
+) -> Step<tokio::task::JoinHandle<Step<Holder>>> {
+    let (task_cx, client, task_key) = (cx.clone(), client.clone(), key.clone());
+    let handle =
+        tokio::spawn(
+            async move { Holder::acquire_waiting(&task_cx, &client, &task_key, name).await },
+        );
+    cx.until_waiting(key, 1).await?;
+    Ok(handle)
+}
+
+/// Waits for a background standby's grant, at most `limit`.
+async fn granted(
+    cx: &Cx,
+    handle: tokio::task::JoinHandle<Step<Holder>>,
+    limit: std::time::Duration,
+) -> Step<Holder> {
+    let abort = handle.abort_handle();
+    let joined = cx.within(limit, "the standby's grant", handle).await;
+    abort.abort();
+    joined?.map_err(|e| Failure::Fail(format!("standby task: {e}")))?
+}
+
+/// Releasing hands the key to a waiting candidate within one round trip.
+pub async fn release_lets_waiting_standby_lead_at_once(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "release_lets_waiting_standby_lead_at_once",
+        contract: "3, 8",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let a = Holder::acquire(&cx, &ca, &key, "a").await?;
+        a.write();
+        let waiting = standby(&cx, &cb, &key, "b").await?;
+        let released = Instant::now();
+        a.release().await?;
+        let b = granted(&cx, waiting, cx.ttl()).await?;
+        let handover = cx.safety().get(b.term).start - released;
+        cx.figures(|f| f.handover_ms = Some(millis(handover)));
+        cx.check(Property::Timing, handover <= cx.timing().round_trip, || {
+            format!(
+                "hand-over took {handover:?}, more than one round trip ({:?})",
+                cx.timing().round_trip
+            )
+        })?;
+        b.write();
+        b.release().await
+    })
+    .await
+}
+
+/// A renewal cancelled after it reached the server does not stop the
+/// following release from freeing the key at once (kubernetes#131867).
+pub async fn release_after_cancelled_renew_frees_at_once(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "release_after_cancelled_renew_frees_at_once",
+        contract: "8",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let Some(link) = ca.link.clone() else {
+            return Err(Failure::Skip("the factory cannot delay a client's link".into()));
+        };
+        let key = cx.new_key();
+        let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
+        let waiting = standby(&cx, &cb, &key, "b").await?;
+        let delay = cx.timing().round_trip;
+        link.set(LinkFault::Delay(delay)).await.ctx("delaying a's link")?;
+        // Past the request's half of the delay, before the answer's.
+        let cancelled = tokio::time::timeout(delay * 3 / 4, a.renew()).await;
+        cx.check(Property::Contract, cancelled.is_err(), || format!("the delayed renewal finished early: {cancelled:?}"))?;
+        link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
+        let released = Instant::now();
+        a.release().await?;
+        let b = granted(&cx, waiting, cx.ttl()).await?;
+        let handover = cx.safety().get(b.term).start - released;
+        cx.figures(|f| f.handover_ms = Some(millis(handover)));
+        let bound = cx.timing().round_trip + delay;
+        cx.check(Property::Contract, handover <= bound, || {
+            format!("the key stayed held {handover:?} after the release (bound {bound:?}): the cancelled renewal kept it")
+        })?;
+        b.release().await
+    })
+    .await
+}
+
+/// Releasing a lease that expired and was granted to another candidate
+/// leaves the new holder in place: release compares the grant (etcd#22082).
+pub async fn stale_release_leaves_new_holder_in_place(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "stale_release_leaves_new_holder_in_place",
+        contract: "8",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let mut watcher = Watcher::open(&cc, &key).await?;
+        let a = Holder::acquire(&cx, &ca, &key, "a").await?;
+        let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
+        watcher
+            .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
+            .await?;
+        let mut b = Holder::acquire(&cx, &cb, &key, "b").await?;
+        a.release().await?;
+        let probe = Holder::try_acquire(&cx, &cc, &key, "c").await?;
+        let holder = probe.as_ref().err().map(|i| i.identity.clone());
+        cx.check(Property::Contract, holder == Some(cx.identity("b")), || {
+            format!("after a's stale release the key is held by {holder:?}, not b")
+        })?;
+        b.renew().await.ctx("b renews after a's stale release")?;
+        b.release().await
+    })
+    .await
+}

@@ -1,0 +1,148 @@
+//! Running cases: the context, the safety checks every case ends with,
+//! the report, and the lock that keeps counting cases alone on a server.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::RwLock;
+
+use super::context::{Cx, Failure, Step};
+use super::CASES;
+use crate::factory::BackendFactory;
+use crate::report::{self, CaseReport, Outcome, Property};
+
+/// How a case is run.
+#[derive(Clone, Copy, Debug)]
+pub struct Meta {
+    /// The case's name.
+    pub name: &'static str,
+    /// The contract point(s) it checks.
+    pub contract: &'static str,
+    /// Whether it counts server writes, so no other case of the same
+    /// backend may run in this process meanwhile.
+    pub alone: bool,
+}
+
+/// One lock per backend name: counting cases take it exclusively, others shared.
+fn quiet_lock(backend: &str) -> Arc<RwLock<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<RwLock<()>>>>> = OnceLock::new();
+    let mut locks = LOCKS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    locks.entry(backend.to_owned()).or_default().clone()
+}
+
+/// Runs `body` as case `meta` on `factory`, then the safety checks every
+/// case ends with (no overlapping terms, no stale write accepted).
+pub async fn run_case<F, Fut>(factory: Arc<dyn BackendFactory>, meta: Meta, body: F) -> CaseReport
+where
+    F: FnOnce(Cx) -> Fut,
+    Fut: Future<Output = Step>,
+{
+    let lock = quiet_lock(factory.name());
+    let (_shared, _alone) = if meta.alone {
+        (None, Some(lock.write().await))
+    } else {
+        (Some(lock.read().await), None)
+    };
+    let started = std::time::Instant::now();
+    let backend = factory.name().to_owned();
+    let cx = Cx::new(factory, meta.name);
+    let ended = match body(cx.clone()).await {
+        Ok(()) => finish_safety(&cx),
+        Err(e) => {
+            let _ = finish_safety(&cx);
+            Err(e)
+        }
+    };
+    let log = std::mem::take(&mut *cx.log());
+    let broken = log.violations.iter().find(|v| v.promised);
+    let outcome = match (ended, broken) {
+        (Err(Failure::Fail(why)), _) => Outcome::Fail(why),
+        (_, Some(v)) => Outcome::Fail(format!("{}: {}", v.property, v.detail)),
+        (Err(Failure::Skip(why)), None) => Outcome::Skipped(why),
+        (Ok(()), None) if !log.violations.is_empty() => Outcome::Recorded,
+        (Ok(()), None) => Outcome::Pass,
+    };
+    CaseReport {
+        backend,
+        case: meta.name.to_owned(),
+        contract: meta.contract.to_owned(),
+        outcome,
+        checks_passed: log.passed,
+        violations: log.violations,
+        figures: log.figures,
+        notes: log.notes,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+        finished_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64,
+    }
+}
+
+/// The checks every case that recorded terms or writes ends with.
+fn finish_safety(cx: &Cx) -> Step {
+    let terms = cx.safety().len();
+    if terms >= 2 {
+        let overlaps = cx.safety().overlaps();
+        cx.figures(|f| f.overlaps = Some(overlaps.len() as u64));
+        cx.check(Property::Exclusive, overlaps.is_empty(), || {
+            overlaps.join("; ")
+        })?;
+    }
+    let (accepted, refused) = cx.store().counts();
+    if accepted + refused > 0 {
+        let (stale_accepted, fresh_refused) = cx.store().violations();
+        cx.figures(|f| {
+            f.stale_writes_refused = Some(refused);
+            f.stale_writes_accepted = Some(stale_accepted.len() as u64);
+        });
+        cx.check(Property::Fencing, stale_accepted.is_empty(), || {
+            stale_accepted.join("; ")
+        })?;
+        cx.check(Property::Fencing, fresh_refused.is_empty(), || {
+            fresh_refused.join("; ")
+        })?;
+    }
+    Ok(())
+}
+
+/// Records a case's report under `target/conformance/` (on a blocking thread).
+async fn record(report: &CaseReport) {
+    let owned = report.clone();
+    match tokio::task::spawn_blocking(move || report::record(&owned)).await {
+        Ok(Ok(path)) => println!("{}\n(report: {})", report::row(report), path.display()),
+        Ok(Err(e)) => eprintln!("cannot write the conformance report: {e}"),
+        Err(e) => eprintln!("cannot write the conformance report: {e}"),
+    }
+}
+
+/// Runs one case on `factory`, records it, and panics if it failed: the
+/// body of each test that [`conformance_tests!`](crate::conformance_tests) generates.
+pub async fn run_one<F, C, Fut>(factory: F, case: C)
+where
+    F: BackendFactory,
+    C: FnOnce(Arc<dyn BackendFactory>) -> Fut,
+    Fut: Future<Output = CaseReport>,
+{
+    let report = case(Arc::new(factory)).await;
+    record(&report).await;
+    report.assert_ok();
+}
+
+/// Runs every case one after another, records each, prints the table and
+/// returns the reports (check them with [`CaseReport::ok`]).
+pub async fn run_all(factory: Arc<dyn BackendFactory>) -> Vec<CaseReport> {
+    let mut reports = Vec::new();
+    for case in CASES {
+        let report = (case.run)(factory.clone()).await;
+        record(&report).await;
+        reports.push(report);
+    }
+    println!("{}", report::markdown(factory.name(), &reports));
+    reports
+}

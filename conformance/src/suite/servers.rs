@@ -1,0 +1,82 @@
+//! Faults of the servers themselves.
+
+use std::sync::Arc;
+
+use tenure_core::LossReason;
+use tokio::time::{sleep_until, Instant};
+
+use super::candidate::{elector, Leader, Standby};
+use super::context::{Context, Failure};
+use super::runner::{run_case, Meta};
+use super::safety::Write;
+use crate::factory::BackendFactory;
+use crate::report::{CaseReport, Property};
+
+/// With every server node paused for longer than the TTL, the leader steps
+/// down at its `valid_until`; once the servers resume, a standby leads
+/// within the TTL plus slack, and the old leader's write is refused.
+pub async fn servers_paused_longer_than_ttl_leader_steps_down(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "servers_paused_longer_than_ttl_leader_steps_down",
+        contract: "5, 6",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let Some(servers) = cx.factory().servers() else {
+            return Err(Failure::Skip("the factory cannot pause the servers".into()));
+        };
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let rt = cx.timing().round_trip;
+        let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, rt).await?;
+        a.write();
+        let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
+        cx.until_waiting(&key, 1).await?;
+        let paused = Instant::now();
+        for node in 0..servers.nodes() {
+            servers
+                .pause(node)
+                .await
+                .ctx(format_args!("pausing node {node}"))?;
+        }
+        let (lost_at, reason) = cx.within(cx.ttl() + rt, "a's loss", a.lost()).await?;
+        let deadline = a.term.valid_until();
+        cx.check(Property::Contract, reason == LossReason::Expired, || {
+            format!("a's term ended as {reason:?}")
+        })?;
+        cx.check(Property::Timing, lost_at <= deadline + rt, || {
+            format!("lost() fired {:?} after valid_until", lost_at - deadline)
+        })?;
+        sleep_until(paused + cx.ttl() + rt).await; // the fault lasts longer than the TTL
+        for node in 0..servers.nodes() {
+            servers
+                .unpause(node)
+                .await
+                .ctx(format_args!("resuming node {node}"))?;
+        }
+        let resumed = Instant::now();
+        let bound = cx.ttl() + cx.caps().expiry_slack + rt;
+        let mut b = standby.leads(&cx, bound + rt).await?;
+        let b_start = cx.safety().get(b.id).start;
+        cx.figures(|f| f.failover_ms = Some((b_start - paused).as_secs_f64() * 1000.0));
+        cx.check(
+            Property::Timing,
+            b_start.saturating_duration_since(resumed) <= bound,
+            || {
+                format!(
+                    "b led {:?} after the servers resumed, bound {bound:?}",
+                    b_start - resumed
+                )
+            },
+        )?;
+        b.write();
+        let stale = a.write();
+        cx.check(Property::Fencing, stale == Write::Refused, || {
+            "the old leader's write was accepted".into()
+        })?;
+        b.resign().await
+    })
+    .await
+}

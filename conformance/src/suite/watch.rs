@@ -1,0 +1,120 @@
+//! Contract point 10: watch starts with the current state, then reports
+//! every change in order, vacancy included.
+
+use std::sync::Arc;
+
+use tenure_core::{LeaderEvent, LeaderInfo};
+
+use super::candidate::Holder;
+use super::context::{Cx, Step};
+use super::runner::{run_case, Meta};
+use super::watcher::{show, Watcher};
+use crate::factory::{BackendFactory, Client};
+use crate::report::{CaseReport, Property};
+
+fn elected_as(h: &Holder) -> LeaderEvent {
+    LeaderEvent::Elected(LeaderInfo {
+        identity: h.lease.holder().clone(),
+        token: h.lease.token(),
+    })
+}
+
+/// The first event of a fresh watch must be `want`.
+async fn first_event(
+    cx: &Cx,
+    client: &Client,
+    key: &tenure_core::ElectionKey,
+    want: &LeaderEvent,
+    when: &str,
+) -> Step {
+    let mut watcher = Watcher::open(client, key).await?;
+    let (first, _) = watcher.next(cx, cx.timing().round_trip).await?;
+    cx.check(Property::Contract, first == *want, || {
+        format!(
+            "{when}, a new watch began with {} instead of {}",
+            show(&first),
+            show(want)
+        )
+    })
+}
+
+/// Waits for `next`, letting through only repeats of the state before it.
+async fn step(
+    cx: &Cx,
+    w: &mut Watcher,
+    now: &mut LeaderEvent,
+    next: LeaderEvent,
+    limit: std::time::Duration,
+    what: &str,
+) -> Step {
+    let previous = std::mem::replace(now, next.clone());
+    w.until(cx, limit, what, |e| *e == next, |e| *e == previous)
+        .await
+        .map(|_| ())
+}
+
+/// A new watch reports the state at the time it is opened: vacant, held, vacant again.
+pub async fn watch_starts_with_current_state(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    let meta = Meta {
+        name: "watch_starts_with_current_state",
+        contract: "10",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        first_event(&cx, &cb, &key, &LeaderEvent::Vacant, "on an unused key").await?;
+        let a = Holder::acquire(&cx, &ca, &key, "a").await?;
+        first_event(&cx, &cb, &key, &elected_as(&a), "while a holds the key").await?;
+        a.release().await?;
+        first_event(&cx, &cb, &key, &LeaderEvent::Vacant, "after a released").await
+    })
+    .await
+}
+
+/// One watch follows grant, release, a new holder, expiry and the same
+/// identity's new term, in that order and each promptly.
+pub async fn watch_reports_changes_in_order_and_vacancy(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "watch_reports_changes_in_order_and_vacancy",
+        contract: "10",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb, cw) = (cx.client().await?, cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let round_trip = cx.timing().round_trip;
+        let mut w = Watcher::open(&cw, &key).await?;
+        let mut now = LeaderEvent::Vacant;
+        macro_rules! expect {
+            ($next:expr, $limit:expr, $what:expr) => {
+                step(&cx, &mut w, &mut now, $next, $limit, $what)
+            };
+        }
+        expect!(LeaderEvent::Vacant, round_trip, "the initial vacancy").await?;
+        let a = Holder::acquire(&cx, &ca, &key, "a").await?;
+        expect!(elected_as(&a), round_trip, "a's election").await?;
+        a.release().await?;
+        expect!(LeaderEvent::Vacant, round_trip, "vacancy after a's release").await?;
+        let b = Holder::acquire(&cx, &cb, &key, "b").await?;
+        expect!(elected_as(&b), round_trip, "b's election").await?;
+        let limit = cx.ttl() + cx.caps().expiry_slack + round_trip * 2;
+        expect!(LeaderEvent::Vacant, limit, "vacancy after b's expiry").await?;
+        let a2 = Holder::acquire(&cx, &ca, &key, "a").await?;
+        expect!(elected_as(&a2), round_trip, "a's new term").await?;
+        drop(b);
+        a2.release().await?;
+        expect!(
+            LeaderEvent::Vacant,
+            round_trip,
+            "vacancy after a's second release"
+        )
+        .await?;
+        let seen: Vec<String> = w.seen.iter().map(|(e, _)| show(e)).collect();
+        cx.note(format!("events: {}", seen.join(" → ")));
+        Ok(())
+    })
+    .await
+}

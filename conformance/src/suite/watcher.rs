@@ -1,0 +1,93 @@
+//! A watch stream with the instant each event arrived.
+
+use std::time::Duration;
+
+use futures::stream::{BoxStream, StreamExt};
+use tenure_core::{ElectionKey, LeaderEvent};
+use tokio::time::Instant;
+
+use super::context::{Context, Cx, Failure, Step};
+use crate::factory::Client;
+
+/// Observes one key through one client's `watch`.
+pub struct Watcher {
+    events: BoxStream<'static, tenure_core::Result<LeaderEvent>>,
+    /// Every event so far, with when it arrived.
+    pub seen: Vec<(LeaderEvent, Instant)>,
+}
+
+/// `event` in a short form for failure messages.
+pub fn show(event: &LeaderEvent) -> String {
+    match event {
+        LeaderEvent::Vacant => "Vacant".into(),
+        LeaderEvent::Elected(info) => {
+            let token = info
+                .token
+                .map_or_else(|| "no token".into(), |t| format!("token {t}"));
+            format!("Elected({}, {token})", info.identity)
+        }
+    }
+}
+
+impl Watcher {
+    /// Opens a watch on `key`.
+    pub async fn open(client: &Client, key: &ElectionKey) -> Step<Watcher> {
+        let events = client.backend.watch(key).await.ctx("watch")?;
+        Ok(Watcher {
+            events,
+            seen: Vec::new(),
+        })
+    }
+
+    /// The next event, at most `limit` away.
+    pub async fn next(&mut self, cx: &Cx, limit: Duration) -> Step<(LeaderEvent, Instant)> {
+        let item = cx
+            .within(limit, "the next watch event", self.events.next())
+            .await?;
+        let event = item
+            .ok_or_else(|| Failure::Fail("the watch stream ended".into()))?
+            .ctx("watch event")?;
+        let at = Instant::now();
+        self.seen.push((event.clone(), at));
+        Ok((event, at))
+    }
+
+    /// Skips events until one satisfies `want`; the skipped ones must satisfy `may_skip`.
+    pub async fn until(
+        &mut self,
+        cx: &Cx,
+        limit: Duration,
+        what: &str,
+        want: impl Fn(&LeaderEvent) -> bool,
+        may_skip: impl Fn(&LeaderEvent) -> bool,
+    ) -> Step<Instant> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (event, at) = self.next(cx, left).await.map_err(|e| match e {
+                Failure::Fail(why) => Failure::Fail(format!("waiting for {what}: {why}")),
+                skip => skip,
+            })?;
+            if want(&event) {
+                return Ok(at);
+            }
+            if !may_skip(&event) {
+                return Err(Failure::Fail(format!(
+                    "waiting for {what}, the watch reported {}",
+                    show(&event)
+                )));
+            }
+        }
+    }
+}
+
+/// Whether `event` is `name`'s election in `cx`.
+pub fn elected(cx: &Cx, name: &str) -> impl Fn(&LeaderEvent) -> bool {
+    let identity = cx.identity(name);
+    move |e| e.leader().is_some_and(|l| l.identity == identity)
+}
+
+/// Whether `event` is a vacancy.
+pub fn vacant(e: &LeaderEvent) -> bool {
+    *e == LeaderEvent::Vacant
+}
