@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{Capabilities, ElectionKey, LeaseBackend, Result};
+use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 
 use crate::report::Property;
 
@@ -82,6 +82,11 @@ impl Timing {
 
 /// Control over the backend's server nodes, for the cases that fault the
 /// servers rather than one client. Nodes are numbered from 0.
+///
+/// Only `nodes`, `pause` and `unpause` are required; the other faults
+/// default to [`Error::Unsupported`], and the cases that need them are then
+/// skipped. [`ClusterServers`](crate::ClusterServers) implements every one
+/// for a harness [`Cluster`](crate::harness::Cluster).
 #[async_trait]
 pub trait ServerFaults: Send + Sync + 'static {
     /// How many nodes the deployment has.
@@ -90,6 +95,32 @@ pub trait ServerFaults: Send + Sync + 'static {
     async fn pause(&self, node: usize) -> Result<()>;
     /// Thaws it.
     async fn unpause(&self, node: usize) -> Result<()>;
+    /// Kills node `node` (SIGKILL; its data stays) and returns once it is down.
+    async fn kill(&self, _node: usize) -> Result<()> {
+        Err(unsupported("killing a server node"))
+    }
+    /// Starts a killed node `node` again and returns once it serves.
+    async fn start(&self, _node: usize) -> Result<()> {
+        Err(unsupported("starting a server node"))
+    }
+    /// Kills every node, starts them all again, and returns once the
+    /// deployment serves (with a leader, where it elects one).
+    async fn restart_all(&self) -> Result<()> {
+        Err(unsupported("restarting the servers"))
+    }
+    /// The node the servers themselves elected leader (raft, zab), or `None`
+    /// while they have none; [`Error::Unsupported`] where the deployment
+    /// elects no leader (independent Redis masters).
+    async fn leader(&self) -> Result<Option<usize>> {
+        Err(unsupported("naming the servers' leader"))
+    }
+}
+
+fn unsupported(operation: &'static str) -> Error {
+    Error::Unsupported {
+        backend: "this factory's ServerFaults",
+        operation,
+    }
 }
 
 /// A candidate binary speaking [`crate::process::protocol`] (such as

@@ -10,10 +10,12 @@ pub mod harness;
 pub mod proxy;
 
 pub mod factory;
+pub mod link;
 mod macros;
 pub mod memory;
 pub mod process;
 pub mod report;
+pub mod servers;
 pub mod suite;
 
 /// Re-exported for implementing [`BackendFactory`] and [`Link`].
@@ -21,6 +23,8 @@ pub use async_trait::async_trait;
 pub use factory::{
     BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault, ServerFaults, Timing,
 };
+pub use link::ProxyLink;
 pub use memory::MemoryFactory;
 pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};
+pub use servers::ClusterServers;
 pub use suite::{run_all, run_one, Case, CASES};

@@ -31,6 +31,8 @@ macro_rules! __cases {
             crashed_leader_taken_over_after_ttl,
             partitioned_leader_steps_down_before_anyone_else_leads,
             servers_paused_longer_than_ttl_leader_steps_down,
+            server_node_killed_leader_survives_or_fails_over,
+            cluster_restart_tokens_keep_increasing,
             paused_candidate_loses_and_its_write_is_refused,
             killed_candidate_taken_over_within_ttl_plus_1s,
         ] }

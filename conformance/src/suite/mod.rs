@@ -5,11 +5,14 @@ mod acquire;
 mod candidate;
 mod context;
 mod elector;
+mod faults;
 mod herd;
 mod input;
+mod nodes;
 mod process;
 mod release;
 mod renew;
+mod restart;
 mod runner;
 mod safety;
 mod servers;
@@ -31,6 +34,7 @@ pub use elector::{
     crashed_leader_taken_over_after_ttl, partitioned_leader_steps_down_before_anyone_else_leads,
     resign_hands_over_at_once,
 };
+pub use faults::RECOVERY;
 pub use herd::{herd_writes_per_leadership_change, HERD};
 pub use input::{
     elector_rejects_renew_interval_not_below_ttl, empty_identity_is_invalid_argument,
@@ -38,6 +42,7 @@ pub use input::{
     key_over_backend_max_len_is_invalid_argument, ttl_below_backend_minimum_is_invalid_argument,
     ttl_off_granularity_is_invalid_argument, ttl_zero_is_invalid_argument,
 };
+pub use nodes::server_node_killed_leader_survives_or_fails_over;
 pub use process::{
     killed_candidate_taken_over_within_ttl_plus_1s, paused_candidate_loses_and_its_write_is_refused,
 };
@@ -46,6 +51,7 @@ pub use release::{
     stale_release_leaves_new_holder_in_place,
 };
 pub use renew::{expiry_after_ttl_not_before, renew_after_expiry_is_lease_lost, renew_extends};
+pub use restart::cluster_restart_tokens_keep_increasing;
 pub use runner::{run_all, run_case, run_one, Meta};
 pub use safety::{FencedStore, SafetyRecorder, TermId, TermRecord, Write};
 pub use servers::servers_paused_longer_than_ttl_leader_steps_down;

@@ -129,6 +129,10 @@ pub async fn stale_release_leaves_new_holder_in_place(
         let mut watcher = Watcher::open(&cc, &key).await?;
         let a = Holder::acquire(&cx, &ca, &key, "a").await?;
         let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
+        // The watch may begin with the vacancy before a's grant: see a lead first.
+        watcher
+            .until(&cx, limit, "a's election", elected(&cx, "a"), vacant)
+            .await?;
         watcher
             .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
             .await?;

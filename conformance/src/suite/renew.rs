@@ -82,6 +82,10 @@ pub async fn renew_after_expiry_is_lease_lost(factory: Arc<dyn BackendFactory>) 
         let mut watcher = Watcher::open(&cb, &key).await?;
         let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
         let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
+        // The watch may begin with the vacancy before a's grant: see a lead first.
+        watcher
+            .until(&cx, limit, "a's election", elected(&cx, "a"), vacant)
+            .await?;
         watcher
             .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
             .await?;

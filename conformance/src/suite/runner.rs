@@ -20,8 +20,8 @@ pub struct Meta {
     pub name: &'static str,
     /// The contract point(s) it checks.
     pub contract: &'static str,
-    /// Whether it counts server writes, so no other case of the same
-    /// backend may run in this process meanwhile.
+    /// Whether it counts server writes or faults the servers themselves,
+    /// so no other case of the same backend may run in this process meanwhile.
     pub alone: bool,
 }
 

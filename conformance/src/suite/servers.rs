@@ -21,7 +21,7 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
     let meta = Meta {
         name: "servers_paused_longer_than_ttl_leader_steps_down",
         contract: "5, 6",
-        alone: false,
+        alone: true,
     };
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {

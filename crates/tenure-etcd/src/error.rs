@@ -39,7 +39,12 @@ pub(crate) fn map(error: etcd_client::Error) -> Error {
 
 /// Whether the error is etcd saying the lease does not exist (any more).
 pub(crate) fn is_lease_not_found(error: &etcd_client::Error) -> bool {
-    matches!(error, etcd_client::Error::GRpcStatus(s) if s.code() == Code::NotFound)
+    match error {
+        etcd_client::Error::GRpcStatus(s) => s.code() == Code::NotFound,
+        // etcd-client's keep-alive stream reports an unknown lease this way.
+        etcd_client::Error::LeaseKeepAliveError(message) => message.contains("not found"),
+        _ => false,
+    }
 }
 
 /// Runs one unary request with a deadline of its own (never a channel-wide

@@ -48,7 +48,7 @@ impl KeepAlive {
         match result {
             Ok(Some(answer)) if answer.ttl() > 0 => Ok(Kept::Alive { sent_at }),
             Ok(Some(_)) => Ok(Kept::Expired),
-            Err(Error::Backend { source, .. })
+            Err(Error::Backend { source, .. } | Error::Unavailable { source, .. })
                 if source
                     .downcast_ref::<etcd_client::Error>()
                     .is_some_and(crate::error::is_lease_not_found) =>

@@ -136,6 +136,26 @@ impl EtcdBackend {
         Ok(Self::from_client(client, options))
     }
 
+    /// Connects from a URL: `etcd://host:port[,host:port...][/key/prefix/]`.
+    /// The path, if any, is the key prefix.
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("etcd://")
+            .ok_or_else(|| Error::invalid("url", format!("{url:?} does not start with etcd://")))?;
+        let (hosts, prefix) = match rest.split_once('/') {
+            Some((hosts, path)) => (hosts, path),
+            None => (rest, ""),
+        };
+        let endpoints: Vec<&str> = hosts.split(',').filter(|h| !h.is_empty()).collect();
+        if endpoints.is_empty() {
+            return Err(Error::invalid(
+                "url",
+                format!("{url:?} names no etcd endpoint"),
+            ));
+        }
+        Self::connect(&endpoints, EtcdOptions::default().with_key_prefix(prefix)).await
+    }
+
     /// Wraps a client you built yourself.
     pub fn from_client(client: Client, options: EtcdOptions) -> Self {
         EtcdBackend {

@@ -1,0 +1,70 @@
+//! [`ProxyLink`]: the suite's [`Link`] over TCP fault proxies.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tenure_core::{Error, Result};
+
+use crate::factory::{Link, LinkFault};
+use crate::proxy::{FaultProxy, Mode};
+
+/// The link of one client: one [`FaultProxy`] in front of each server
+/// endpoint the client uses, all switched together, so a client of a
+/// multi-node deployment cannot dodge a cut by moving to another node.
+#[derive(Debug)]
+pub struct ProxyLink {
+    proxies: Vec<FaultProxy>,
+}
+
+impl ProxyLink {
+    /// One proxy in front of `upstream`: the link, and the address the
+    /// client must connect to instead.
+    pub async fn start(upstream: SocketAddr) -> Result<(Arc<ProxyLink>, SocketAddr)> {
+        let (link, addrs) = Self::start_all(&[upstream]).await?;
+        Ok((link, addrs[0]))
+    }
+
+    /// One proxy in front of each of `upstreams`: the link, and the
+    /// addresses to connect to instead, in the same order.
+    pub async fn start_all(upstreams: &[SocketAddr]) -> Result<(Arc<ProxyLink>, Vec<SocketAddr>)> {
+        let mut proxies = Vec::with_capacity(upstreams.len());
+        for upstream in upstreams {
+            let proxy = FaultProxy::start(*upstream)
+                .await
+                .map_err(|e| Error::Unavailable {
+                    backend: "fault proxy",
+                    source: Box::new(e),
+                })?;
+            proxies.push(proxy);
+        }
+        let addrs = proxies.iter().map(FaultProxy::addr).collect();
+        Ok((Arc::new(ProxyLink { proxies }), addrs))
+    }
+
+    /// The proxies, in the order of the upstreams.
+    pub fn proxies(&self) -> &[FaultProxy] {
+        &self.proxies
+    }
+}
+
+/// The proxy mode for `fault`.
+pub fn mode_for(fault: LinkFault) -> Mode {
+    match fault {
+        LinkFault::Pass => Mode::Pass,
+        // The proxy holds each chunk in each direction: half each way.
+        LinkFault::Delay(d) => Mode::Delay(d / 2),
+        LinkFault::Blackhole => Mode::Blackhole,
+    }
+}
+
+#[async_trait]
+impl Link for ProxyLink {
+    async fn set(&self, fault: LinkFault) -> Result<()> {
+        let mode = mode_for(fault);
+        for proxy in &self.proxies {
+            proxy.set(mode);
+        }
+        Ok(())
+    }
+}

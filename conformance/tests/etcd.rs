@@ -1,0 +1,164 @@
+//! The conformance suite on etcd, in containers: a 1-node and a 3-node
+//! cluster, each client behind its own fault proxy. Reports:
+//! `target/conformance/etcd-1node.md` and `target/conformance/etcd-3node.md`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tenure_conformance::harness::{Cluster, Topology};
+use tenure_conformance::proxy::{FaultProxy, Mode};
+use tenure_conformance::{BackendFactory, CandidateCommand, Client, Link, LinkFault, ServerFaults};
+use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
+use tenure_etcd::{EtcdBackend, EtcdOptions};
+
+struct EtcdFactory {
+    name: &'static str,
+    cluster: Arc<Cluster>,
+    /// A client without proxies, for looking at the server.
+    inspector: EtcdBackend,
+    /// Every client's proxies, kept for the factory's life: a case may drop
+    /// its `Client` and keep only the backend (inside an Elector).
+    proxies: std::sync::Mutex<Vec<Arc<Proxies>>>,
+}
+
+fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Backend {
+        backend: "harness",
+        source: Box::new(e),
+    }
+}
+
+impl EtcdFactory {
+    async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+        let cluster = Cluster::start(Topology::Etcd { nodes })
+            .await
+            .expect("etcd cluster");
+        let inspector = EtcdBackend::connect(&cluster.endpoints(), EtcdOptions::default())
+            .await
+            .expect("inspector client");
+        Arc::new(EtcdFactory {
+            name,
+            cluster: Arc::new(cluster),
+            inspector,
+            proxies: Default::default(),
+        })
+    }
+
+    async fn count_keys(&self, key: &ElectionKey) -> Result<usize> {
+        let options = tenure_etcd::etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
+        let answer = self
+            .inspector
+            .client()
+            .kv_client()
+            .get(format!("{}/", key.as_str()), Some(options))
+            .await
+            .map_err(harness)?;
+        Ok(answer.count() as usize)
+    }
+}
+
+/// One client's proxies, one per cluster node, switched together.
+struct Proxies(Vec<FaultProxy>);
+
+#[async_trait]
+impl Link for Proxies {
+    async fn set(&self, fault: LinkFault) -> Result<()> {
+        let mode = match fault {
+            LinkFault::Pass => Mode::Pass,
+            LinkFault::Delay(d) => Mode::Delay(d),
+            LinkFault::Blackhole => Mode::Blackhole,
+        };
+        for proxy in &self.0 {
+            proxy.set(mode);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BackendFactory for EtcdFactory {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inspector.capabilities()
+    }
+
+    async fn client(&self) -> Result<Client> {
+        let mut proxies = Vec::new();
+        for node in self.cluster.nodes() {
+            proxies.push(FaultProxy::start(node.addr()).await.map_err(harness)?);
+        }
+        let endpoints: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+        let backend = EtcdBackend::connect(&endpoints, EtcdOptions::default()).await?;
+        let link = Arc::new(Proxies(proxies));
+        self.proxies.lock().unwrap().push(link.clone());
+        Ok(Client {
+            backend: Arc::new(backend),
+            link: Some(link),
+        })
+    }
+
+    async fn server_writes(&self) -> Option<Result<u64>> {
+        // Raft proposals committed: puts, deletes, txns, lease grants and
+        // revokes (keep-alives are not proposals). Every node commits all.
+        let leader = self
+            .cluster
+            .leader_index()
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        Some(
+            self.cluster
+                .stats(leader)
+                .await
+                .map(|s| s.get("etcd_server_proposals_committed_total"))
+                .map_err(harness),
+        )
+    }
+
+    async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
+        // Every candidate key but the leader's.
+        Some(self.count_keys(key).await.map(|n| n.saturating_sub(1)))
+    }
+
+    async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
+        Some(self.count_keys(key).await.map(|n| n > 0))
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(self)
+    }
+
+    fn candidate(&self) -> Option<CandidateCommand> {
+        Some(CandidateCommand {
+            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
+            url: format!("etcd://{}", self.cluster.endpoints().join(",")),
+        })
+    }
+}
+
+#[async_trait]
+impl ServerFaults for EtcdFactory {
+    fn nodes(&self) -> usize {
+        self.cluster.nodes().len()
+    }
+    async fn pause(&self, node: usize) -> Result<()> {
+        self.cluster.pause(node).await.map_err(harness)
+    }
+    async fn unpause(&self, node: usize) -> Result<()> {
+        self.cluster.unpause(node).await.map_err(harness)
+    }
+}
+
+mod single {
+    tenure_conformance::conformance_tests!(async super::EtcdFactory::start(1, "etcd-1node"));
+}
+
+mod three {
+    tenure_conformance::conformance_tests!(async super::EtcdFactory::start(3, "etcd-3node"));
+}
