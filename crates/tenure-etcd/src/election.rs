@@ -54,18 +54,26 @@ pub(crate) async fn leader(
     Ok((answer.take_kvs().into_iter().next(), revision))
 }
 
-/// The key created just before `create_revision` in this election, if any.
-pub(crate) async fn predecessor(
+/// Where our key stands, in one linearizable read: whether it still exists
+/// with our create revision (etcd#11456, etcd#19597), the key created just
+/// before it (if any), and the revision read at.
+pub(crate) struct Position {
+    pub ours_exists: bool,
+    pub predecessor: Option<KeyValue>,
+    pub revision: i64,
+}
+
+pub(crate) async fn position(
     client: &Client,
     prefix: &str,
     create_revision: i64,
     settings: &Settings,
-) -> Result<(Option<KeyValue>, i64)> {
+) -> Result<Position> {
     let options = GetOptions::new()
         .with_prefix()
-        .with_max_create_revision(create_revision - 1)
+        .with_max_create_revision(create_revision)
         .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(1);
+        .with_limit(2);
     let mut answer = bounded(
         "get",
         settings.request_timeout,
@@ -73,7 +81,14 @@ pub(crate) async fn predecessor(
     )
     .await?;
     let revision = answer.header().map_or(0, |h| h.revision());
-    Ok((answer.take_kvs().into_iter().next(), revision))
+    let kvs = answer.take_kvs();
+    Ok(Position {
+        ours_exists: kvs.iter().any(|kv| kv.create_revision() == create_revision),
+        predecessor: kvs
+            .into_iter()
+            .find(|kv| kv.create_revision() < create_revision),
+        revision,
+    })
 }
 
 /// Creates our key if it does not exist; returns its create revision.

@@ -221,9 +221,18 @@ impl EtcdBackend {
         let mut valid_from = sent_at;
 
         loop {
-            let (pred, revision) =
-                election::predecessor(client, &prefix, create_revision, settings).await?;
-            let Some(pred) = pred else { break };
+            let position = election::position(client, &prefix, create_revision, settings).await?;
+            // Our key may have vanished while we waited (lease expired, deleted
+            // by hand): never claim leadership on a key that is not there.
+            if !position.ours_exists {
+                return Err(Error::Unavailable {
+                    backend: BACKEND,
+                    source: "our candidate key vanished while waiting".into(),
+                });
+            }
+            let (Some(pred), revision) = (position.predecessor, position.revision) else {
+                break;
+            };
             if mode == AcquireMode::Once {
                 let (leader, _) = election::leader(client, &prefix, settings).await?;
                 let holder = election::leader_info(leader.as_ref().unwrap_or(&pred))?;
@@ -254,14 +263,6 @@ impl EtcdBackend {
                     }
                 }
             }
-        }
-        // Our key may have vanished while we waited (lease expired, deleted by
-        // hand): never claim leadership on a key that is not there.
-        if !election::still_ours(client, &key, create_revision, settings).await? {
-            return Err(Error::Unavailable {
-                backend: BACKEND,
-                source: "our candidate key vanished while waiting".into(),
-            });
         }
         guard.disarm();
         let handle = EtcdLease {
