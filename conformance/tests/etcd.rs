@@ -6,19 +6,21 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::proxy::{FaultProxy, Mode};
-use tenure_conformance::{BackendFactory, CandidateCommand, Client, Link, LinkFault, ServerFaults};
+use tenure_conformance::{
+    BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink, ServerFaults,
+};
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 
 struct EtcdFactory {
     name: &'static str,
     cluster: Arc<Cluster>,
+    servers: ClusterServers,
     /// A client without proxies, for looking at the server.
     inspector: EtcdBackend,
     /// Every client's proxies, kept for the factory's life: a case may drop
     /// its `Client` and keep only the backend (inside an Elector).
-    proxies: std::sync::Mutex<Vec<Arc<Proxies>>>,
+    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
 }
 
 fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -36,9 +38,11 @@ impl EtcdFactory {
         let inspector = EtcdBackend::connect(&cluster.endpoints(), EtcdOptions::default())
             .await
             .expect("inspector client");
+        let cluster = Arc::new(cluster);
         Arc::new(EtcdFactory {
             name,
-            cluster: Arc::new(cluster),
+            servers: ClusterServers::new(cluster.clone()),
+            cluster,
             inspector,
             proxies: Default::default(),
         })
@@ -59,24 +63,6 @@ impl EtcdFactory {
     }
 }
 
-/// One client's proxies, one per cluster node, switched together.
-struct Proxies(Vec<FaultProxy>);
-
-#[async_trait]
-impl Link for Proxies {
-    async fn set(&self, fault: LinkFault) -> Result<()> {
-        let mode = match fault {
-            LinkFault::Pass => Mode::Pass,
-            LinkFault::Delay(d) => Mode::Delay(d),
-            LinkFault::Blackhole => Mode::Blackhole,
-        };
-        for proxy in &self.0 {
-            proxy.set(mode);
-        }
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl BackendFactory for EtcdFactory {
     fn name(&self) -> &str {
@@ -88,13 +74,10 @@ impl BackendFactory for EtcdFactory {
     }
 
     async fn client(&self) -> Result<Client> {
-        let mut proxies = Vec::new();
-        for node in self.cluster.nodes() {
-            proxies.push(FaultProxy::start(node.addr()).await.map_err(harness)?);
-        }
-        let endpoints: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+        let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
+        let (link, addrs) = ProxyLink::start_all(&nodes).await?;
+        let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         let backend = EtcdBackend::connect(&endpoints, EtcdOptions::default()).await?;
-        let link = Arc::new(Proxies(proxies));
         self.proxies.lock().unwrap().push(link.clone());
         Ok(Client {
             backend: Arc::new(backend),
@@ -131,7 +114,7 @@ impl BackendFactory for EtcdFactory {
     }
 
     fn servers(&self) -> Option<&dyn ServerFaults> {
-        Some(self)
+        Some(&self.servers)
     }
 
     fn candidate(&self) -> Option<CandidateCommand> {
@@ -139,19 +122,6 @@ impl BackendFactory for EtcdFactory {
             program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
             url: format!("etcd://{}", self.cluster.endpoints().join(",")),
         })
-    }
-}
-
-#[async_trait]
-impl ServerFaults for EtcdFactory {
-    fn nodes(&self) -> usize {
-        self.cluster.nodes().len()
-    }
-    async fn pause(&self, node: usize) -> Result<()> {
-        self.cluster.pause(node).await.map_err(harness)
-    }
-    async fn unpause(&self, node: usize) -> Result<()> {
-        self.cluster.unpause(node).await.map_err(harness)
     }
 }
 

@@ -137,3 +137,36 @@ async fn shutdown_ends_a_pending_campaign_and_withdraws_it() {
     assert!(matches!(pending.await.unwrap(), Err(Error::Shutdown)));
     assert_eq!(server.queue_len(&key()), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn resign_retries_a_failing_release_so_the_standby_need_not_wait_for_expiry() {
+    let server = MemoryBackend::new();
+    let a_client = server.client();
+    let a = elector(&a_client, "a", TTL);
+    let b = elector(&server.client(), "b", TTL);
+    let leader = a.campaign().await.unwrap();
+    let standby = tokio::spawn(async move { b.campaign().await.map(|l| (Instant::now(), l)) });
+    settle().await;
+    // The link fails for 100 ms, then comes back.
+    a_client.faults().fail_calls(true);
+    let healer = {
+        let a_client = a_client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            a_client.faults().fail_calls(false);
+        })
+    };
+    let resigned_at = Instant::now();
+    leader
+        .resign()
+        .await
+        .expect("the release succeeds once the link is back");
+    let (led_at, _b) = standby.await.unwrap().unwrap();
+    healer.await.unwrap();
+    assert!(
+        led_at - resigned_at < Duration::from_millis(200),
+        "{:?}",
+        led_at - resigned_at
+    );
+    assert!(led_at - resigned_at >= Duration::from_millis(100));
+}

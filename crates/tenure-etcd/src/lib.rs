@@ -67,10 +67,22 @@ impl EtcdOptions {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub key_prefix: String,
     pub request_timeout: Duration,
+}
+
+impl Settings {
+    /// These settings for one lease: no single request may wait longer than
+    /// its TTL, after which its answer is worthless (and a retry, perhaps on
+    /// another endpoint, is the better bet).
+    fn for_ttl(&self, ttl: Duration) -> Settings {
+        Settings {
+            key_prefix: self.key_prefix.clone(),
+            request_timeout: self.request_timeout.min(ttl),
+        }
+    }
 }
 
 /// Leader election on etcd, as etcd's own `concurrency.Election` does it.
@@ -183,7 +195,8 @@ impl EtcdBackend {
     }
 
     async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        let (client, settings) = (&self.client, &*self.settings);
+        let settings = Arc::new(self.settings.for_ttl(candidacy.ttl()));
+        let (client, settings) = (&self.client, &*settings);
         let prefix = election::election_prefix(settings, candidacy.key().as_str());
         if mode == AcquireMode::Once {
             // Read first: a held election costs no write.
@@ -201,7 +214,7 @@ impl EtcdBackend {
         .await?;
         let lease_id = grant.id();
         // From here on, leaving (error, or the future dropped) revokes the lease and so our key.
-        let mut guard = RevokeOnDrop::new(client.clone(), lease_id, self.settings.clone());
+        let mut guard = RevokeOnDrop::new(client.clone(), lease_id, Arc::new(settings.clone()));
         if grant.ttl() != ttl_secs {
             return Err(Error::invalid(
                 "ttl",
@@ -314,11 +327,12 @@ impl LeaseBackend for EtcdBackend {
         let span = self.span("renew", lease.key(), lease.holder().as_str());
         async move {
             let state = etcd_lease(lease)?;
+            let settings = self.settings.for_ttl(lease.ttl());
             let kept = state
                 .keep_alive
                 .lock()
                 .await
-                .keep_alive(&self.client, &self.settings)
+                .keep_alive(&self.client, &settings)
                 .await?;
             let Kept::Alive { sent_at } = kept else {
                 return Err(Error::lease_lost(
@@ -327,13 +341,8 @@ impl LeaseBackend for EtcdBackend {
                 ));
             };
             // The lease lives; make sure our key does too (someone may have deleted it).
-            if !election::still_ours(
-                &self.client,
-                &state.key,
-                state.create_revision,
-                &self.settings,
-            )
-            .await?
+            if !election::still_ours(&self.client, &state.key, state.create_revision, &settings)
+                .await?
             {
                 return Err(Error::lease_lost(
                     lease.key().as_str(),
@@ -350,14 +359,10 @@ impl LeaseBackend for EtcdBackend {
         let span = self.span("release", lease.key(), lease.holder().as_str());
         async move {
             let state = etcd_lease(lease)?;
-            election::delete_if_ours(
-                &self.client,
-                &state.key,
-                state.create_revision,
-                &self.settings,
-            )
-            .await?;
-            keepalive::revoke(&self.client, state.lease_id, &self.settings).await
+            let settings = self.settings.for_ttl(lease.ttl());
+            election::delete_if_ours(&self.client, &state.key, state.create_revision, &settings)
+                .await?;
+            keepalive::revoke(&self.client, state.lease_id, &settings).await
         }
         .instrument(span)
         .await
