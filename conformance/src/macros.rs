@@ -28,6 +28,7 @@ macro_rules! __cases {
             empty_identity_is_invalid_argument,
             elector_rejects_renew_interval_not_below_ttl,
             resign_hands_over_at_once,
+            handover_p50_over_repeated_resignations,
             crashed_leader_taken_over_after_ttl,
             partitioned_leader_steps_down_before_anyone_else_leads,
             servers_paused_longer_than_ttl_leader_steps_down,

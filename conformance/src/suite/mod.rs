@@ -6,6 +6,7 @@ mod candidate;
 mod context;
 mod elector;
 mod faults;
+mod handover;
 mod herd;
 mod input;
 mod nodes;
@@ -35,6 +36,7 @@ pub use elector::{
     resign_hands_over_at_once,
 };
 pub use faults::RECOVERY;
+pub use handover::{handover_p50_over_repeated_resignations, HANDOVERS};
 pub use herd::{herd_writes_per_leadership_change, HERD};
 pub use input::{
     elector_rejects_renew_interval_not_below_ttl, empty_identity_is_invalid_argument,

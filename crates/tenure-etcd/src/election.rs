@@ -63,32 +63,60 @@ pub(crate) struct Position {
     pub revision: i64,
 }
 
+///
+/// With `at`, the read is of the store as it was at that revision (the
+/// predecessor's deletion): immutable history, so any member that has
+/// applied it may serve it without a quorum round; keys created later have
+/// higher create revisions and cannot come before ours. Without `at`, or if
+/// the member has not applied it yet (or compacted it), a linearizable read.
 pub(crate) async fn position(
     client: &Client,
     prefix: &str,
     create_revision: i64,
+    at: Option<i64>,
     settings: &Settings,
 ) -> Result<Position> {
-    let options = GetOptions::new()
-        .with_prefix()
-        .with_max_create_revision(create_revision)
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(2);
-    let mut answer = bounded(
+    if let Some(at) = at {
+        let options = queue_options(create_revision)
+            .with_revision(at)
+            .with_serializable();
+        let mut kv = client.kv_client();
+        let read = kv.get(prefix, Some(options));
+        if let Ok(Ok(answer)) = tokio::time::timeout(settings.request_timeout, read).await {
+            return Ok(Position::from_answer(answer, create_revision));
+        }
+    }
+    let options = queue_options(create_revision);
+    let answer = bounded(
         "get",
         settings.request_timeout,
         client.kv_client().get(prefix, Some(options)),
     )
     .await?;
-    let revision = answer.header().map_or(0, |h| h.revision());
-    let kvs = answer.take_kvs();
-    Ok(Position {
-        ours_exists: kvs.iter().any(|kv| kv.create_revision() == create_revision),
-        predecessor: kvs
-            .into_iter()
-            .find(|kv| kv.create_revision() < create_revision),
-        revision,
-    })
+    Ok(Position::from_answer(answer, create_revision))
+}
+
+/// Keys created up to ours, newest first, at most two: ours and the one before.
+fn queue_options(create_revision: i64) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(create_revision)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(2)
+}
+
+impl Position {
+    fn from_answer(mut answer: etcd_client::GetResponse, create_revision: i64) -> Position {
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let kvs = answer.take_kvs();
+        Position {
+            ours_exists: kvs.iter().any(|kv| kv.create_revision() == create_revision),
+            predecessor: kvs
+                .into_iter()
+                .find(|kv| kv.create_revision() < create_revision),
+            revision,
+        }
+    }
 }
 
 /// Creates our key if it does not exist; returns its create revision.
@@ -162,9 +190,20 @@ pub(crate) async fn delete_if_ours(
     Ok(())
 }
 
-/// Resolves when `key` is deleted at or after `from_revision`. A compacted or
-/// cancelled watch resolves too: the caller re-reads and decides.
-pub(crate) async fn deleted(client: &Client, key: &str, from_revision: i64) -> Result<()> {
+/// Resolves when `key` (created at `create_revision`) is deleted at or after
+/// `from_revision`, with a revision at which it is known to be gone; `None`
+/// when the watch was cancelled (compaction) and the caller must re-read.
+///
+/// A watch that starts at a revision the server has already passed is served
+/// by etcd's catch-up loop, which runs every 100 ms; so once the watch exists
+/// we look once, and a predecessor that left in between is seen at once.
+pub(crate) async fn deleted(
+    client: &Client,
+    key: &str,
+    create_revision: i64,
+    from_revision: i64,
+    settings: &Settings,
+) -> Result<Option<i64>> {
     let options = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
@@ -173,14 +212,34 @@ pub(crate) async fn deleted(client: &Client, key: &str, from_revision: i64) -> R
         .watch(key, Some(options))
         .await
         .map_err(map)?;
+    let mut looked = false;
     while let Some(answer) = stream.message().await.map_err(map)? {
-        if answer.canceled()
-            || answer
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
+        if let Some(event) = answer
+            .events()
+            .iter()
+            .find(|e| e.event_type() == EventType::Delete)
         {
-            return Ok(());
+            let at = event.kv().map(|kv| kv.mod_revision());
+            return Ok(at.or(answer.header().map(|h| h.revision())));
+        }
+        if answer.canceled() {
+            return Ok(None);
+        }
+        if answer.created() && !looked {
+            looked = true;
+            let now = bounded(
+                "get",
+                settings.request_timeout,
+                client.kv_client().get(key, None),
+            )
+            .await?;
+            if !now
+                .kvs()
+                .iter()
+                .any(|kv| kv.create_revision() == create_revision)
+            {
+                return Ok(now.header().map(|h| h.revision()));
+            }
         }
     }
     Err(tenure_core::Error::Unavailable {

@@ -4,6 +4,7 @@
 mod election;
 mod error;
 mod keepalive;
+mod thread;
 mod watch;
 
 use std::sync::Arc;
@@ -233,8 +234,11 @@ impl EtcdBackend {
         let mut keep_alive = KeepAlive::new(lease_id);
         let mut valid_from = sent_at;
 
+        // After a predecessor's deletion: the revision it was deleted at.
+        let mut gone_at = None;
         loop {
-            let position = election::position(client, &prefix, create_revision, settings).await?;
+            let position =
+                election::position(client, &prefix, create_revision, gone_at, settings).await?;
             // Our key may have vanished while we waited (lease expired, deleted
             // by hand): never claim leadership on a key that is not there.
             if !position.ours_exists {
@@ -254,12 +258,18 @@ impl EtcdBackend {
             }
             // Wait for the predecessor to go, keeping our own lease alive meanwhile.
             let pred_key = String::from_utf8_lossy(pred.key()).into_owned();
-            let deleted = election::deleted(client, &pred_key, revision + 1);
+            let deleted = election::deleted(
+                client,
+                &pred_key,
+                pred.create_revision(),
+                revision + 1,
+                settings,
+            );
             tokio::pin!(deleted);
             let period = candidacy.ttl() / 3;
             loop {
                 tokio::select! {
-                    result = &mut deleted => { result?; break; }
+                    result = &mut deleted => { gone_at = result?; break; }
                     _ = tokio::time::sleep_until(valid_from + period) => {
                         match keep_alive.keep_alive(client, settings).await {
                             Ok(Kept::Alive { sent_at }) => valid_from = sent_at,
@@ -320,51 +330,68 @@ impl LeaseBackend for EtcdBackend {
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         self.capabilities().check(candidacy)?;
         let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
-        self.acquire_inner(candidacy, mode).instrument(span).await
+        let (this, candidacy) = (self.clone(), candidacy.clone());
+        thread::on_heartbeat(
+            async move { this.acquire_inner(&candidacy, mode).await }.instrument(span),
+        )
+        .await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let span = self.span("renew", lease.key(), lease.holder().as_str());
-        async move {
-            let state = etcd_lease(lease)?;
-            let settings = self.settings.for_ttl(lease.ttl());
-            let kept = state
-                .keep_alive
-                .lock()
-                .await
-                .keep_alive(&self.client, &settings)
-                .await?;
-            let Kept::Alive { sent_at } = kept else {
-                return Err(Error::lease_lost(
-                    lease.key().as_str(),
-                    "the etcd lease expired",
-                ));
-            };
-            // The lease lives; make sure our key does too (someone may have deleted it).
-            if !election::still_ours(&self.client, &state.key, state.create_revision, &settings)
-                .await?
-            {
-                return Err(Error::lease_lost(
-                    lease.key().as_str(),
-                    "our election key was deleted",
-                ));
+        let (this, lease) = (self.clone(), lease.clone());
+        thread::on_heartbeat(
+            async move {
+                let (this, lease) = (&this, &lease);
+                let state = etcd_lease(lease)?;
+                let settings = this.settings.for_ttl(lease.ttl());
+                let kept = state
+                    .keep_alive
+                    .lock()
+                    .await
+                    .keep_alive(&this.client, &settings)
+                    .await?;
+                let Kept::Alive { sent_at } = kept else {
+                    return Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "the etcd lease expired",
+                    ));
+                };
+                // The lease lives; make sure our key does too (someone may have deleted it).
+                if !election::still_ours(&this.client, &state.key, state.create_revision, &settings)
+                    .await?
+                {
+                    return Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "our election key was deleted",
+                    ));
+                }
+                Ok(lease.renewed(sent_at, lease.handle().clone()))
             }
-            Ok(lease.renewed(sent_at, lease.handle().clone()))
-        }
-        .instrument(span)
+            .instrument(span),
+        )
         .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let span = self.span("release", lease.key(), lease.holder().as_str());
-        async move {
-            let state = etcd_lease(lease)?;
-            let settings = self.settings.for_ttl(lease.ttl());
-            election::delete_if_ours(&self.client, &state.key, state.create_revision, &settings)
+        let (this, lease) = (self.clone(), lease.clone());
+        thread::on_heartbeat(
+            async move {
+                let (this, lease) = (&this, &lease);
+                let state = etcd_lease(lease)?;
+                let settings = this.settings.for_ttl(lease.ttl());
+                election::delete_if_ours(
+                    &this.client,
+                    &state.key,
+                    state.create_revision,
+                    &settings,
+                )
                 .await?;
-            keepalive::revoke(&self.client, state.lease_id, &settings).await
-        }
-        .instrument(span)
+                keepalive::revoke(&this.client, state.lease_id, &settings).await
+            }
+            .instrument(span),
+        )
         .await
     }
 

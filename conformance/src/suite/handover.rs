@@ -1,0 +1,66 @@
+//! Hand-over latency as a distribution, not one sample.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::candidate::{elector, Leader, Standby};
+use super::context::Step;
+use super::faults::millis;
+use super::runner::{run_case, Meta};
+use crate::factory::BackendFactory;
+use crate::report::{CaseReport, Property};
+
+/// How many graceful hand-overs the case times.
+pub const HANDOVERS: usize = 20;
+
+/// Two candidates hand the lease back and forth [`HANDOVERS`] times by
+/// resigning; each hand-over is timed from the resign call to the standby's
+/// grant. The report's hand-over figure is the median; the note has p90 and
+/// the maximum. The median must be within one round trip.
+pub async fn handover_p50_over_repeated_resignations(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "handover_p50_over_repeated_resignations",
+        contract: "3, 8",
+        alone: false,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let rt = cx.timing().round_trip;
+        let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
+        let mut leader = Leader::campaign(&cx, &electors[0], cx.ttl() + rt).await?;
+        let mut samples = Vec::with_capacity(HANDOVERS);
+        for round in 0..HANDOVERS {
+            leader.write();
+            let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
+            cx.until_waiting(&key, 1).await?;
+            let resigned = Instant::now();
+            leader.resign().await?;
+            let next = standby.leads(&cx, cx.ttl()).await?;
+            samples.push(cx.safety().get(next.id).start - resigned);
+            leader = next;
+        }
+        leader.resign().await?;
+        samples.sort();
+        let (p50, p90, max) = (
+            samples[samples.len() / 2],
+            samples[samples.len() * 9 / 10],
+            samples[samples.len() - 1],
+        );
+        cx.figures(|f| f.handover_ms = Some(millis(p50)));
+        cx.note(format!(
+            "{HANDOVERS} hand-overs: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+            millis(p50),
+            millis(p90),
+            millis(max)
+        ));
+        let within: Step = cx.check(Property::Timing, p50 <= rt, || {
+            format!("median hand-over {p50:?} is more than one round trip ({rt:?})")
+        });
+        within
+    })
+    .await
+}
