@@ -6,3 +6,11 @@ pub use tenure_core::*;
 /// The etcd backend (feature `etcd`).
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
+
+/// The ZooKeeper backend (feature `zookeeper`).
+#[cfg(feature = "zookeeper")]
+pub use tenure_zookeeper as zookeeper;
+
+/// The Kubernetes Lease backend (feature `kube`).
+#[cfg(feature = "kube")]
+pub use tenure_kube as kube;

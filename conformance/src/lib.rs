@@ -7,6 +7,7 @@
 //! crate's README.
 
 pub mod harness;
+pub mod lease_server;
 pub mod proxy;
 
 pub mod factory;

@@ -13,13 +13,17 @@ use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 /// Makes a backend client from a URL.
 pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
 
-/// The schemes this crate knows: `memory:` and `etcd://`.
+/// The schemes this crate knows: `memory:`, `etcd://` and `zk://`.
 pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>> {
     Box::pin(async move {
         match url.split(':').next() {
             Some("memory") => Ok(Arc::new(MemoryBackend::new()) as Arc<dyn LeaseBackend>),
             Some("etcd") => Ok(Arc::new(tenure_etcd::EtcdBackend::connect_url(&url).await?)
                 as Arc<dyn LeaseBackend>),
+            Some("zk") => Ok(
+                Arc::new(tenure_zookeeper::ZooKeeperBackend::connect_url(&url).await?)
+                    as Arc<dyn LeaseBackend>,
+            ),
             _ => Err(Error::invalid(
                 "url",
                 format!("{url:?}: no backend for this scheme in tenure-candidate"),

@@ -99,6 +99,28 @@ impl Holder {
         Ok(outcome.unwrap_or_else(|_| unreachable!("checked above")))
     }
 
+    /// Takes a key whose holder's TTL has run out. Where the backend judges
+    /// expiry by each observer's clock, a client that was not watching must
+    /// first see the record unchanged for a TTL, so it waits (at most a TTL
+    /// plus slack and a round trip); elsewhere one attempt must be granted.
+    pub async fn acquire_after_expiry(
+        cx: &Cx,
+        client: &Client,
+        key: &ElectionKey,
+        name: &str,
+    ) -> Step<Holder> {
+        if !cx.caps().expiry_judged_by_observer {
+            return Self::acquire(cx, client, key, name).await;
+        }
+        let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip;
+        cx.within(
+            limit,
+            "the expired key",
+            Self::acquire_waiting(cx, client, key, name),
+        )
+        .await?
+    }
+
     /// Waits in line until granted (the future may be dropped to withdraw).
     pub async fn acquire_waiting(
         cx: &Cx,

@@ -44,7 +44,20 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
                 let _ = tx.send(Holder::acquire_waiting(&cx, &client, &key, &format!("w{i}")).await);
             }));
         }
-        cx.until_waiting(&key, HERD).await?;
+        if let Err(failure) = cx.until_waiting(&key, HERD).await {
+            // Say why candidates are missing, if their acquire ended in an error.
+            let mut errors = Vec::new();
+            while let Ok(Err(e)) = grants.try_recv() {
+                errors.push(format!("{e:?}"));
+            }
+            if let (Failure::Fail(why), Some(first)) = (&failure, errors.first()) {
+                return Err(Failure::Fail(format!(
+                    "{why}; {} candidates failed, the first with: {first}",
+                    errors.len()
+                )));
+            }
+            return Err(failure);
+        }
         let writes = || async {
             match cx.factory().server_writes().await {
                 Some(Ok(n)) => Ok(n),

@@ -136,7 +136,7 @@ pub async fn stale_release_leaves_new_holder_in_place(
         watcher
             .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
             .await?;
-        let mut b = Holder::acquire(&cx, &cb, &key, "b").await?;
+        let mut b = Holder::acquire_after_expiry(&cx, &cb, &key, "b").await?;
         a.release().await?;
         let probe = Holder::try_acquire(&cx, &cc, &key, "c").await?;
         let holder = probe.as_ref().err().map(|i| i.identity.clone());

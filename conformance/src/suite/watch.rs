@@ -102,7 +102,7 @@ pub async fn watch_reports_changes_in_order_and_vacancy(
         expect!(elected_as(&b), round_trip, "b's election").await?;
         let limit = cx.ttl() + cx.caps().expiry_slack + round_trip * 2;
         expect!(LeaderEvent::Vacant, limit, "vacancy after b's expiry").await?;
-        let a2 = Holder::acquire(&cx, &ca, &key, "a").await?;
+        let a2 = Holder::acquire_after_expiry(&cx, &ca, &key, "a").await?;
         expect!(elected_as(&a2), round_trip, "a's new term").await?;
         drop(b);
         a2.release().await?;

@@ -90,6 +90,11 @@ pub struct Capabilities {
     pub max_key_len: usize,
     /// How much later than the TTL the backend may notice an expiry (timer ticks, sweeps).
     pub expiry_slack: Duration,
+    /// Expiry is judged by each candidate's own clock from when it last saw
+    /// the record change, not by the server (Kubernetes Leases, as client-go
+    /// does): a candidate that was not watching a key when its holder stopped
+    /// renewing treats it as held for up to one TTL from its first look.
+    pub expiry_judged_by_observer: bool,
 }
 
 impl Capabilities {
@@ -105,6 +110,7 @@ impl Capabilities {
             key_rule: KeyRule::Any,
             max_key_len: crate::types::MAX_KEY_LEN,
             expiry_slack: Duration::ZERO,
+            expiry_judged_by_observer: false,
         }
     }
 

@@ -1,0 +1,253 @@
+//! The HTTP routes: GET / POST / PUT / DELETE on Leases, list and watch.
+
+// Handlers return a finished Response either way; boxing it buys nothing.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::status::{self, FieldError};
+use super::store::{Store, WriteError};
+use super::watch;
+
+const BASE: &str = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases";
+
+pub(crate) fn router(store: Store) -> Router {
+    Router::new()
+        .route(BASE, get(list_or_watch).post(create))
+        .route(
+            &format!("{BASE}/{{name}}"),
+            get(read).put(update).delete(remove),
+        )
+        .with_state(store)
+}
+
+type Params = Query<HashMap<String, String>>;
+
+fn etcd_failure(e: etcd_client::Error) -> Response {
+    status::internal(format!("etcd: {e}"))
+}
+
+fn write_failure(e: WriteError, name: &str) -> Response {
+    match e {
+        WriteError::AlreadyExists => status::already_exists(name),
+        WriteError::NotFound => status::not_found(name),
+        WriteError::Conflict => status::conflict(name),
+        WriteError::Etcd(e) => etcd_failure(e),
+    }
+}
+
+/// Whether `name` is a DNS-1123 subdomain.
+pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.chars().all(|c| alnum(c) || c == '-')
+                && label.starts_with(alnum)
+                && label.ends_with(alnum)
+        })
+}
+
+/// kube-apiserver's validation of a Lease, for the fields it checks.
+fn validate(object: &Value, name: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if !is_dns1123_subdomain(name) {
+        errors.push((
+            "metadata.name",
+            format!("{name:?}"),
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        ));
+    }
+    let spec = &object["spec"];
+    if let Some(d) = spec.get("leaseDurationSeconds").filter(|v| !v.is_null()) {
+        if d.as_i64().is_none_or(|d| d <= 0) {
+            errors.push((
+                "spec.leaseDurationSeconds",
+                d.to_string(),
+                "must be greater than 0",
+            ));
+        }
+    }
+    if let Some(t) = spec.get("leaseTransitions").filter(|v| !v.is_null()) {
+        if t.as_i64().is_none_or(|t| t < 0) {
+            errors.push((
+                "spec.leaseTransitions",
+                t.to_string(),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    errors
+}
+
+fn parse(body: &Bytes) -> Result<Value, Response> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err(status::bad_request("the body is not a JSON object".into())),
+        Err(e) => Err(status::bad_request(format!(
+            "the body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// Fills in what the server owns: kind, apiVersion, namespace.
+fn normalise(object: &mut Value, ns: &str) -> Result<(), Response> {
+    object["kind"] = json!("Lease");
+    object["apiVersion"] = json!("coordination.k8s.io/v1");
+    if !object["metadata"].is_object() {
+        object["metadata"] = json!({});
+    }
+    match object["metadata"]["namespace"].as_str() {
+        Some(n) if !n.is_empty() && n != ns => {
+            return Err(status::bad_request(format!(
+                "the namespace of the provided object ({n}) does not match the namespace sent on the request ({ns})"
+            )))
+        }
+        _ => object["metadata"]["namespace"] = json!(ns),
+    }
+    Ok(())
+}
+
+async fn read(State(store): State<Store>, Path((ns, name)): Path<(String, String)>) -> Response {
+    match store.get(&ns, &name).await {
+        Ok(Some(object)) => Json(object).into_response(),
+        Ok(None) => status::not_found(&name),
+        Err(e) => etcd_failure(e),
+    }
+}
+
+async fn create(State(store): State<Store>, Path(ns): Path<String>, body: Bytes) -> Response {
+    let mut object = match parse(&body) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    if let Err(r) = normalise(&mut object, &ns) {
+        return r;
+    }
+    let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let errors = validate(&object, &name);
+    if !errors.is_empty() {
+        return status::invalid(&name, &errors);
+    }
+    let uid = format!("{:032x}", rand::random::<u128>());
+    object["metadata"]["uid"] = json!(uid);
+    match store.create(&ns, &name, &object).await {
+        Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
+        Err(e) => write_failure(e, &name),
+    }
+}
+
+async fn update(
+    State(store): State<Store>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let mut object = match parse(&body) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    if let Err(r) = normalise(&mut object, &ns) {
+        return r;
+    }
+    match object["metadata"]["name"].as_str() {
+        Some(n) if n == name => {}
+        other => {
+            return status::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                other.unwrap_or("")
+            ))
+        }
+    }
+    let mut errors = validate(&object, &name);
+    let rv = object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if rv.is_empty() {
+        errors.push((
+            "metadata.resourceVersion",
+            "0x0".into(),
+            "must be specified for an update",
+        ));
+    }
+    if !errors.is_empty() {
+        return status::invalid(&name, &errors);
+    }
+    let Ok(rv) = rv.parse::<i64>() else {
+        return status::bad_request(format!("invalid resourceVersion {rv:?}"));
+    };
+    match store.update(&ns, &name, rv, &object).await {
+        Ok(updated) => Json(updated).into_response(),
+        Err(e) => write_failure(e, &name),
+    }
+}
+
+async fn remove(State(store): State<Store>, Path((ns, name)): Path<(String, String)>) -> Response {
+    match store.delete(&ns, &name).await {
+        Ok(object) => Json(object).into_response(),
+        Err(e) => write_failure(e, &name),
+    }
+}
+
+/// `metadata.name=<name>` from a fieldSelector (the only field selector served).
+fn name_selector(params: &HashMap<String, String>) -> Result<Option<String>, Response> {
+    let Some(selector) = params.get("fieldSelector").filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    match selector
+        .strip_prefix("metadata.name=")
+        .or_else(|| selector.strip_prefix("metadata.name=="))
+    {
+        Some(name) if !name.contains(',') => Ok(Some(name.to_owned())),
+        _ => Err(status::bad_request(format!(
+            "field selector {selector:?} is not supported (only metadata.name=<name>)"
+        ))),
+    }
+}
+
+async fn list_or_watch(
+    State(store): State<Store>,
+    Path(ns): Path<String>,
+    Query(params): Params,
+) -> Response {
+    let name = match name_selector(&params) {
+        Ok(name) => name,
+        Err(r) => return r,
+    };
+    let flag = |k: &str| params.get(k).is_some_and(|v| v == "1" || v == "true");
+    if flag("watch") {
+        let rv = params
+            .get("resourceVersion")
+            .filter(|v| !v.is_empty() && *v != "0")
+            .map(|v| v.parse::<i64>());
+        let rv = match rv.transpose() {
+            Ok(rv) => rv,
+            Err(_) => return status::bad_request("invalid resourceVersion".into()),
+        };
+        let timeout = params
+            .get("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .map_or(Duration::from_secs(1800), Duration::from_secs);
+        return watch::watch(store, ns, name, rv, flag("allowWatchBookmarks"), timeout).await;
+    }
+    match store.list(&ns, name.as_deref()).await {
+        Ok((items, revision)) => Json(json!({
+            "kind": "LeaseList",
+            "apiVersion": "coordination.k8s.io/v1",
+            "metadata": { "resourceVersion": revision.to_string() },
+            "items": items,
+        }))
+        .into_response(),
+        Err(e) => etcd_failure(e),
+    }
+}

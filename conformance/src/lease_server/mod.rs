@@ -1,0 +1,237 @@
+//! A `coordination.k8s.io/v1` Lease API server for tests, in process, that
+//! keeps its objects in etcd the way kube-apiserver's storage does.
+//!
+//! No kube-apiserver can be had on the machines here, so the Kubernetes
+//! backend is tested against this: Leases stored as JSON under
+//! `/registry/leases/<namespace>/<name>`, `resourceVersion` = the key's etcd
+//! mod revision, create = `Txn(CreateRevision == 0)`, update =
+//! `Txn(ModRevision == resourceVersion)` (409 Conflict otherwise), watch =
+//! etcd watch (ADDED / MODIFIED / DELETED / BOOKMARK, 410 Gone for a
+//! compacted resourceVersion), kube-style `Status` bodies and 422 validation.
+//! Several instances may front one etcd, like several apiservers.
+//!
+//! Each instance runs on a thread and runtime of its own, so [`LeaseServer::kill`]
+//! drops every connection at once, as a killed apiserver does.
+
+mod api;
+mod status;
+mod store;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure_kube::kube;
+
+use crate::harness::HarnessError;
+
+/// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
+
+struct Running {
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One Lease API server instance over an etcd cluster.
+pub struct LeaseServer {
+    endpoints: Vec<String>,
+    addr: SocketAddr,
+    writes: Arc<AtomicU64>,
+    running: Mutex<Option<Running>>,
+}
+
+impl std::fmt::Debug for LeaseServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseServer")
+            .field("addr", &self.addr)
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseServer {
+    /// Starts a server on `127.0.0.1:0` over the etcd at `endpoints`.
+    pub async fn start<S: AsRef<str>>(endpoints: &[S]) -> Result<LeaseServer, HarnessError> {
+        let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
+        let writes = Arc::new(AtomicU64::new(0));
+        let (running, addr) = run(
+            endpoints.clone(),
+            "127.0.0.1:0".parse().unwrap(),
+            writes.clone(),
+        )
+        .await?;
+        Ok(LeaseServer {
+            endpoints,
+            addr,
+            writes,
+            running: Mutex::new(Some(running)),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Write requests (create, update, delete) this instance sent to etcd,
+    /// successful or not: each is one etcd transaction.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Kills the server: every connection and watch drops at once.
+    pub fn kill(&self) {
+        drop(self.running.lock().unwrap().take());
+    }
+
+    /// Starts a killed server again on the same port.
+    pub async fn restart(&self) -> Result<(), HarnessError> {
+        self.kill();
+        let (running, _) = run(self.endpoints.clone(), self.addr, self.writes.clone()).await?;
+        *self.running.lock().unwrap() = Some(running);
+        Ok(())
+    }
+
+    /// A kubeconfig (YAML) whose current context reaches this server.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig_yaml(self.addr)
+    }
+
+    /// A `kube::Config` read from [`kubeconfig`](Self::kubeconfig).
+    pub async fn kube_config(&self) -> Result<kube::Config, HarnessError> {
+        kube_config_for(self.addr).await
+    }
+}
+
+/// A kubeconfig whose current context reaches a Lease server (or a proxy in
+/// front of one) at `addr`, namespace `default`, no credentials.
+pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: tenure-lease-server
+  cluster:
+    server: http://{addr}
+contexts:
+- name: tenure-lease-server
+  context:
+    cluster: tenure-lease-server
+    user: tenure
+    namespace: default
+current-context: tenure-lease-server
+users:
+- name: tenure
+  user: {{}}
+"
+    )
+}
+
+/// A `kube::Config` from [`kubeconfig_yaml`]`(addr)`.
+pub async fn kube_config_for(addr: SocketAddr) -> Result<kube::Config, HarnessError> {
+    let invalid = HarnessError::Protocol;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml(addr))
+        .map_err(|e| invalid(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid(e.to_string()))
+}
+
+async fn run(
+    endpoints: Vec<String>,
+    addr: SocketAddr,
+    writes: Arc<AtomicU64>,
+) -> Result<(Running, SocketAddr), HarnessError> {
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("lease-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("lease server runtime");
+            rt.block_on(async move {
+                let started = async {
+                    let client = etcd_client::Client::connect(endpoints, None)
+                        .await
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    let listener = bind(addr).await?;
+                    Ok::<_, std::io::Error>((client, listener))
+                };
+                let (client, listener) = match started.await {
+                    Ok(ok) => ok,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(listener.local_addr()));
+                let store = store::Store::new(client, writes);
+                let app = api::router(store);
+                tokio::select! {
+                    _ = axum::serve(listener, app) => {}
+                    _ = shutdown_rx => {}
+                }
+            });
+            rt.shutdown_background();
+        })?;
+    let addr = ready_rx
+        .await
+        .map_err(|_| HarnessError::Io(std::io::Error::other("lease server thread died")))?
+        .and_then(|r| r)?;
+    Ok((
+        Running {
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        },
+        addr,
+    ))
+}
+
+/// Binds `addr`, retrying a moment while a killed instance's port is freed.
+async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let mut tries = 0;
+    loop {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(1024)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) if tries < 50 => {
+                tries += 1;
+                tracing::debug!(%e, "lease server bind; retrying");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A plain etcd client on the server's etcd (for tests that compact or inspect it).
+pub async fn etcd_client_for_tests(
+    server: &LeaseServer,
+) -> Result<etcd_client::Client, HarnessError> {
+    etcd_client::Client::connect(&server.endpoints, None)
+        .await
+        .map_err(|e| HarnessError::Protocol(e.to_string()))
+}

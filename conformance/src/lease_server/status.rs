@@ -1,0 +1,121 @@
+//! kube-style `Status` bodies for failures.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+/// The group-qualified resource, as kube-apiserver names it in messages.
+pub(crate) const RESOURCE: &str = "leases.coordination.k8s.io";
+
+/// A `Status` failure with `code`, `reason`, `message` and details.
+pub(crate) fn failure(
+    code: StatusCode,
+    reason: &str,
+    message: String,
+    name: Option<&str>,
+    causes: Vec<Value>,
+) -> Response {
+    let mut details = json!({ "group": "coordination.k8s.io", "kind": "leases" });
+    if let Some(name) = name {
+        details["name"] = json!(name);
+    }
+    if !causes.is_empty() {
+        details["causes"] = json!(causes);
+    }
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code.as_u16(),
+    });
+    (code, Json(body)).into_response()
+}
+
+/// 404 NotFound.
+pub(crate) fn not_found(name: &str) -> Response {
+    failure(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("{RESOURCE} {name:?} not found"),
+        Some(name),
+        vec![],
+    )
+}
+
+/// 409 Conflict: a stale resourceVersion.
+pub(crate) fn conflict(name: &str) -> Response {
+    failure(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!("Operation cannot be fulfilled on {RESOURCE} {name:?}: the object has been modified; please apply your changes to the latest version and try again"),
+        Some(name),
+        vec![],
+    )
+}
+
+/// 409 AlreadyExists: a create of an existing name.
+pub(crate) fn already_exists(name: &str) -> Response {
+    failure(
+        StatusCode::CONFLICT,
+        "AlreadyExists",
+        format!("{RESOURCE} {name:?} already exists"),
+        Some(name),
+        vec![],
+    )
+}
+
+/// 400 BadRequest.
+pub(crate) fn bad_request(message: String) -> Response {
+    failure(StatusCode::BAD_REQUEST, "BadRequest", message, None, vec![])
+}
+
+/// 410 Gone (reason Expired): a compacted resourceVersion.
+pub(crate) fn gone(message: String) -> Response {
+    failure(StatusCode::GONE, "Expired", message, None, vec![])
+}
+
+/// 500 InternalError (etcd unreachable and the like).
+pub(crate) fn internal(message: String) -> Response {
+    failure(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        message,
+        None,
+        vec![],
+    )
+}
+
+/// One invalid field: (path, value shown, what is wrong).
+pub(crate) type FieldError = (&'static str, String, &'static str);
+
+/// 422 Invalid, one cause per bad field.
+pub(crate) fn invalid(name: &str, errors: &[FieldError]) -> Response {
+    let text: Vec<String> = errors
+        .iter()
+        .map(|(field, value, what)| format!("{field}: Invalid value: {value}: {what}"))
+        .collect();
+    let causes = errors
+        .iter()
+        .zip(&text)
+        .map(|((field, _, _), message)| {
+            json!({ "reason": "FieldValueInvalid", "message": message, "field": field })
+        })
+        .collect();
+    let message = if text.len() == 1 {
+        text[0].clone()
+    } else {
+        format!("[{}]", text.join(", "))
+    };
+    failure(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!("Lease.coordination.k8s.io {name:?} is invalid: {message}"),
+        Some(name),
+        causes,
+    )
+}

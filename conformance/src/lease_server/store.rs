@@ -1,0 +1,168 @@
+//! Leases in etcd, as kube-apiserver's storage keeps objects: one key per
+//! object, JSON value, resourceVersion = the key's mod revision.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use serde_json::Value;
+
+/// Why a write did not happen.
+pub(crate) enum WriteError {
+    /// The object exists (create).
+    AlreadyExists,
+    /// The object is gone (update, delete).
+    NotFound,
+    /// The resourceVersion is stale (update).
+    Conflict,
+    /// etcd failed.
+    Etcd(etcd_client::Error),
+}
+
+impl From<etcd_client::Error> for WriteError {
+    fn from(e: etcd_client::Error) -> Self {
+        WriteError::Etcd(e)
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Store {
+    client: Client,
+    writes: Arc<AtomicU64>,
+}
+
+/// The etcd key of a Lease.
+pub(crate) fn key(namespace: &str, name: &str) -> String {
+    format!("/registry/leases/{namespace}/{name}")
+}
+
+/// The etcd prefix of a namespace's Leases.
+pub(crate) fn prefix(namespace: &str) -> String {
+    format!("/registry/leases/{namespace}/")
+}
+
+/// The stored object with its resourceVersion set from `revision`.
+pub(crate) fn decode(value: &[u8], revision: i64) -> Value {
+    let mut object: Value = serde_json::from_slice(value).unwrap_or(Value::Null);
+    object["metadata"]["resourceVersion"] = Value::String(revision.to_string());
+    object
+}
+
+fn decode_kv(kv: &KeyValue) -> Value {
+    decode(kv.value(), kv.mod_revision())
+}
+
+/// What is stored: the object without its resourceVersion.
+fn encode(object: &Value) -> Vec<u8> {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    serde_json::to_vec(&object).expect("JSON")
+}
+
+impl Store {
+    pub(crate) fn new(client: Client, writes: Arc<AtomicU64>) -> Store {
+        Store { client, writes }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) async fn get(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Value>, etcd_client::Error> {
+        let answer = self.client.kv_client().get(key(ns, name), None).await?;
+        Ok(answer.kvs().first().map(decode_kv))
+    }
+
+    /// Every Lease of a namespace (or the one named), and the store's revision.
+    pub(crate) async fn list(
+        &self,
+        ns: &str,
+        name: Option<&str>,
+    ) -> Result<(Vec<Value>, i64), etcd_client::Error> {
+        let answer = match name {
+            Some(name) => self.client.kv_client().get(key(ns, name), None).await?,
+            None => {
+                let options = GetOptions::new().with_prefix();
+                self.client
+                    .kv_client()
+                    .get(prefix(ns), Some(options))
+                    .await?
+            }
+        };
+        let revision = answer.header().map_or(0, |h| h.revision());
+        Ok((answer.kvs().iter().map(decode_kv).collect(), revision))
+    }
+
+    pub(crate) async fn create(
+        &self,
+        ns: &str,
+        name: &str,
+        object: &Value,
+    ) -> Result<Value, WriteError> {
+        let key = key(ns, name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.as_str(), encode(object), None)]);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let answer = self.client.kv_client().txn(txn).await?;
+        if !answer.succeeded() {
+            return Err(WriteError::AlreadyExists);
+        }
+        let revision = answer.header().map_or(0, |h| h.revision());
+        Ok(decode(&encode(object), revision))
+    }
+
+    pub(crate) async fn update(
+        &self,
+        ns: &str,
+        name: &str,
+        resource_version: i64,
+        object: &Value,
+    ) -> Result<Value, WriteError> {
+        let key = key(ns, name);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                resource_version,
+            )])
+            .and_then([TxnOp::put(key.as_str(), encode(object), None)])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let answer = self.client.kv_client().txn(txn).await?;
+        if !answer.succeeded() {
+            let exists = answer.op_responses().iter().any(|op| match op {
+                TxnOpResponse::Get(get) => !get.kvs().is_empty(),
+                _ => false,
+            });
+            return Err(if exists {
+                WriteError::Conflict
+            } else {
+                WriteError::NotFound
+            });
+        }
+        let revision = answer.header().map_or(0, |h| h.revision());
+        Ok(decode(&encode(object), revision))
+    }
+
+    /// Deletes a Lease and returns it as it was.
+    pub(crate) async fn delete(&self, ns: &str, name: &str) -> Result<Value, WriteError> {
+        let options = etcd_client::DeleteOptions::new().with_prev_key();
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let answer = self
+            .client
+            .kv_client()
+            .delete(key(ns, name), Some(options))
+            .await?;
+        match answer.prev_kvs().first() {
+            Some(kv) => Ok(decode_kv(kv)),
+            None => Err(WriteError::NotFound),
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! `?watch=1`: etcd's watch as kube watch events, one JSON object a line.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use etcd_client::{EventType, GetOptions, WatchOptions};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::status;
+use super::store::{decode, key, prefix, Store};
+use super::BOOKMARK_INTERVAL;
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut text = serde_json::to_vec(&json!({ "type": kind, "object": object })).expect("JSON");
+    text.push(b'\n');
+    Bytes::from(text)
+}
+
+fn bookmark(revision: i64) -> Bytes {
+    line(
+        "BOOKMARK",
+        &json!({
+            "kind": "Lease",
+            "apiVersion": "coordination.k8s.io/v1",
+            "metadata": { "resourceVersion": revision.to_string() },
+        }),
+    )
+}
+
+fn expired(message: String) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "Expired", "code": 410,
+    })
+}
+
+fn is_compacted(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("compacted")
+}
+
+pub(crate) async fn watch(
+    store: Store,
+    ns: String,
+    name: Option<String>,
+    rv: Option<i64>,
+    bookmarks: bool,
+    timeout: Duration,
+) -> Response {
+    let (watch_key, with_prefix) = match &name {
+        Some(name) => (key(&ns, name), false),
+        None => (prefix(&ns), true),
+    };
+    let mut initial = Vec::new();
+    let start = match rv {
+        Some(rv) => {
+            // Is `rv` still in etcd's history? (kube answers 410 Gone if not.)
+            let mut options = GetOptions::new().with_revision(rv).with_count_only();
+            if with_prefix {
+                options = options.with_prefix();
+            }
+            if let Err(e) = store
+                .client()
+                .kv_client()
+                .get(watch_key.as_str(), Some(options))
+                .await
+            {
+                if is_compacted(&e) {
+                    return status::gone(format!("too old resource version: {rv}"));
+                }
+                if !e.to_string().contains("future revision") {
+                    return status::internal(format!("etcd: {e}"));
+                }
+            }
+            rv + 1
+        }
+        None => match store.list(&ns, name.as_deref()).await {
+            Ok((items, revision)) => {
+                initial = items.iter().map(|o| line("ADDED", o)).collect();
+                revision + 1
+            }
+            Err(e) => return status::internal(format!("etcd: {e}")),
+        },
+    };
+    let mut options = WatchOptions::new()
+        .with_start_revision(start)
+        .with_prev_key();
+    if with_prefix {
+        options = options.with_prefix();
+    }
+    let (mut watcher, mut stream) = match store
+        .client()
+        .watch_client()
+        .watch(watch_key.as_str(), Some(options))
+        .await
+    {
+        Ok(stream) => stream.split(),
+        Err(e) => return status::internal(format!("etcd: {e}")),
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        for line in initial {
+            if tx.send(line).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(BOOKMARK_INTERVAL);
+        tick.tick().await;
+        loop {
+            let answer = tokio::select! {
+                _ = &mut deadline => return,
+                _ = tick.tick(), if bookmarks => {
+                    if watcher.request_progress().await.is_err() { return; }
+                    continue;
+                }
+                _ = tx.closed() => return,
+                answer = stream.message() => answer,
+            };
+            let Ok(Some(answer)) = answer else { return };
+            if answer.canceled() {
+                if answer.compact_revision() > 0 {
+                    let message = format!(
+                        "too old resource version: {start} ({})",
+                        answer.compact_revision()
+                    );
+                    let _ = tx.send(line("ERROR", &expired(message))).await;
+                }
+                return;
+            }
+            if answer.events().is_empty() {
+                if bookmarks && !answer.created() {
+                    let revision = answer.header().map_or(0, |h| h.revision());
+                    if tx.send(bookmark(revision)).await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+            for event in answer.events() {
+                let Some(kv) = event.kv() else { continue };
+                let text = match event.event_type() {
+                    EventType::Put => {
+                        let kind = if kv.version() == 1 {
+                            "ADDED"
+                        } else {
+                            "MODIFIED"
+                        };
+                        line(kind, &decode(kv.value(), kv.mod_revision()))
+                    }
+                    EventType::Delete => {
+                        let prev = event.prev_kv().map(|p| p.value()).unwrap_or(b"{}");
+                        line("DELETED", &decode(prev, kv.mod_revision()))
+                    }
+                };
+                if tx.send(text).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(body))
+        .expect("response")
+}

@@ -1,0 +1,248 @@
+//! The Lease API test server answers as kube-apiserver does, over a real etcd.
+
+use serde_json::{json, Value};
+use tenure_conformance::harness::{Cluster, Topology};
+use tenure_conformance::lease_server::LeaseServer;
+
+struct Fixture {
+    _cluster: Cluster,
+    server: LeaseServer,
+    http: reqwest::Client,
+}
+
+async fn fixture() -> Fixture {
+    let cluster = Cluster::start(Topology::Etcd { nodes: 1 })
+        .await
+        .expect("etcd");
+    let server = LeaseServer::start(&cluster.endpoints())
+        .await
+        .expect("lease server");
+    Fixture {
+        _cluster: cluster,
+        server,
+        http: reqwest::Client::new(),
+    }
+}
+
+fn lease(name: &str, holder: &str, duration: i64, transitions: i64) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "leaseTransitions": transitions,
+        }
+    })
+}
+
+impl Fixture {
+    fn url(&self, name: Option<&str>) -> String {
+        let base = format!(
+            "{}/apis/coordination.k8s.io/v1/namespaces/default/leases",
+            self.server.url()
+        );
+        match name {
+            Some(name) => format!("{base}/{name}"),
+            None => base,
+        }
+    }
+    async fn post(&self, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(None))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+    async fn put(&self, name: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .put(self.url(Some(name)))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+    async fn get(&self, name: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(Some(name))).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+    async fn delete(&self, name: &str) -> (u16, Value) {
+        let r = self.http.delete(self.url(Some(name))).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+}
+
+fn rv(object: &Value) -> String {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn assert_status(answer: &(u16, Value), code: u16, reason: &str) {
+    assert_eq!(answer.0, code, "{}", answer.1);
+    assert_eq!(answer.1["kind"], "Status");
+    assert_eq!(answer.1["code"], code);
+    assert_eq!(answer.1["reason"], reason, "{}", answer.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_get_update_delete_and_their_failures() {
+    let f = fixture().await;
+    assert_status(&f.get("a").await, 404, "NotFound");
+
+    let (code, created) = f.post(&lease("a", "x", 2, 0)).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["holderIdentity"], "x");
+    assert_status(&f.post(&lease("a", "y", 2, 0)).await, 409, "AlreadyExists");
+
+    let (code, read) = f.get("a").await;
+    assert_eq!(code, 200);
+    assert_eq!(rv(&read), rv(&created));
+
+    // Update with the observed resourceVersion: ok, and it moves.
+    let mut next = read.clone();
+    next["spec"]["holderIdentity"] = json!("y");
+    let (code, updated) = f.put("a", &next).await;
+    assert_eq!(code, 200, "{updated}");
+    assert!(rv(&updated).parse::<i64>().unwrap() > rv(&read).parse::<i64>().unwrap());
+
+    // The same stale resourceVersion again: 409 Conflict.
+    assert_status(&f.put("a", &next).await, 409, "Conflict");
+
+    // Without a resourceVersion: 422.
+    let mut unconditional = updated.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let answer = f.put("a", &unconditional).await;
+    assert_status(&answer, 422, "Invalid");
+    assert_eq!(
+        answer.1["details"]["causes"][0]["field"],
+        "metadata.resourceVersion"
+    );
+
+    let (code, deleted) = f.delete("a").await;
+    assert_eq!(code, 200);
+    assert_eq!(deleted["spec"]["holderIdentity"], "y");
+    assert_status(&f.delete("a").await, 404, "NotFound");
+    assert_status(&f.put("a", &updated).await, 404, "NotFound");
+    assert!(f.server.writes() >= 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_leases_are_422() {
+    let f = fixture().await;
+    for (body, field) in [
+        (lease("Bad_Name", "x", 2, 0), "metadata.name"),
+        (lease("a", "x", 0, 0), "spec.leaseDurationSeconds"),
+        (lease("a", "x", -1, 0), "spec.leaseDurationSeconds"),
+        (lease("a", "x", 2, -1), "spec.leaseTransitions"),
+    ] {
+        let answer = f.post(&body).await;
+        assert_status(&answer, 422, "Invalid");
+        assert_eq!(answer.1["details"]["causes"][0]["field"], field);
+    }
+    // Nothing was written.
+    assert_status(&f.get("a").await, 404, "NotFound");
+    // An update to leaseDurationSeconds 0 is refused too (kubernetes#88194).
+    let (_, created) = f.post(&lease("a", "x", 2, 0)).await;
+    let mut zero = created.clone();
+    zero["spec"]["leaseDurationSeconds"] = json!(0);
+    assert_status(&f.put("a", &zero).await, 422, "Invalid");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_watch_report_changes_with_bookmarks() {
+    let f = fixture().await;
+    let (_, created) = f.post(&lease("w", "x", 2, 0)).await;
+    let list: Value = f
+        .http
+        .get(f.url(None))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["kind"], "LeaseList");
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+
+    let watch_url = format!(
+        "{}?watch=1&fieldSelector=metadata.name%3Dw&allowWatchBookmarks=true&resourceVersion={}",
+        f.url(None),
+        rv(&created)
+    );
+    let mut response = f.http.get(watch_url).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let mut next = created.clone();
+    next["spec"]["holderIdentity"] = json!("y");
+    let (_, updated) = f.put("w", &next).await;
+    f.delete("w").await;
+
+    let mut seen = Vec::new();
+    let mut buffer = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !seen.contains(&"BOOKMARK".to_owned()) || !seen.contains(&"DELETED".to_owned()) {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .expect("stream open");
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let event: Value = serde_json::from_slice(&buffer[..end]).unwrap();
+            buffer.drain(..=end);
+            if event["type"] == "MODIFIED" {
+                assert_eq!(rv(&event["object"]), rv(&updated));
+            }
+            seen.push(event["type"].as_str().unwrap().to_owned());
+        }
+    }
+    let changes: Vec<_> = seen.iter().filter(|t| *t != "BOOKMARK").collect();
+    assert_eq!(changes, ["MODIFIED", "DELETED"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_from_a_compacted_resource_version_is_410() {
+    let f = fixture().await;
+    let (_, created) = f.post(&lease("c", "x", 2, 0)).await;
+    let mut object = created.clone();
+    for holder in ["y", "z"] {
+        object["spec"]["holderIdentity"] = json!(holder);
+        object = f.put("c", &object).await.1;
+    }
+    let etcd = tenure_conformance::lease_server::etcd_client_for_tests(&f.server)
+        .await
+        .unwrap();
+    etcd.clone()
+        .compact(rv(&object).parse::<i64>().unwrap(), None)
+        .await
+        .unwrap();
+    let url = format!("{}?watch=1&resourceVersion={}", f.url(None), rv(&created));
+    let r = f.http.get(url).send().await.unwrap();
+    let answer = (r.status().as_u16(), r.json().await.unwrap());
+    assert_status(&answer, 410, "Expired");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_restarts_on_its_port_and_kube_client_reaches_it() {
+    let f = fixture().await;
+    f.post(&lease("k", "x", 2, 0)).await;
+    f.server.kill();
+    assert!(f.http.get(f.url(Some("k"))).send().await.is_err());
+    f.server.restart().await.unwrap();
+    let config = f.server.kube_config().await.unwrap();
+    let client = tenure_kube::kube::Client::try_from(config).unwrap();
+    let api: tenure_kube::kube::Api<tenure_kube::k8s_openapi::api::coordination::v1::Lease> =
+        tenure_kube::kube::Api::default_namespaced(client);
+    let lease = api.get("k").await.unwrap();
+    assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("x"));
+}

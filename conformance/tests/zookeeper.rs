@@ -1,0 +1,171 @@
+//! The conformance suite on ZooKeeper, in containers: a 1-node and a 3-node
+//! ensemble, each client behind its own fault proxy. Reports:
+//! `target/conformance/zookeeper-1node.md` and `target/conformance/zookeeper-3node.md`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_conformance::harness::{Cluster, Topology};
+use tenure_conformance::{
+    BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink, ServerFaults,
+};
+use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
+use tenure_zookeeper::zookeeper_client::Error as ZkError;
+use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
+
+/// The TTL of every case: the session timeout (the harness's servers run a
+/// 200 ms tickTime, so 400 ms .. 20 s are allowed).
+const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn options() -> ZooKeeperOptions {
+    ZooKeeperOptions::default().with_session_timeout(SESSION_TIMEOUT)
+}
+
+struct ZooKeeperFactory {
+    name: &'static str,
+    cluster: Arc<Cluster>,
+    servers: ClusterServers,
+    /// A client without proxies, for looking at the servers.
+    inspector: ZooKeeperBackend,
+    /// Every client's proxies, kept for the factory's life.
+    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
+    /// Sessions opened by `client()` itself: making a client is not an
+    /// operation the suite counts (on etcd it writes nothing), but opening a
+    /// ZooKeeper session is a transaction, and so is closing it; so every
+    /// client is also kept for the factory's life (its session then closes
+    /// with the factory, not when a case drops it).
+    sessions_opened: AtomicU64,
+    backends: std::sync::Mutex<Vec<Arc<ZooKeeperBackend>>>,
+}
+
+fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Backend {
+        backend: "harness",
+        source: Box::new(e),
+    }
+}
+
+impl ZooKeeperFactory {
+    async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+        let cluster = Cluster::start(Topology::ZooKeeper { nodes })
+            .await
+            .expect("ZooKeeper ensemble");
+        let inspector = ZooKeeperBackend::connect(&cluster.endpoints().join(","), options())
+            .await
+            .expect("inspector client");
+        let cluster = Arc::new(cluster);
+        Arc::new(ZooKeeperFactory {
+            name,
+            servers: ClusterServers::new(cluster.clone()),
+            cluster,
+            inspector,
+            proxies: Default::default(),
+            sessions_opened: AtomicU64::new(0),
+            backends: Default::default(),
+        })
+    }
+
+    async fn count_children(&self, key: &ElectionKey) -> Result<usize> {
+        let client = self.inspector.client().await?;
+        match client
+            .list_children(&self.inspector.election_path(key))
+            .await
+        {
+            Ok(children) => Ok(children.len()),
+            // A path the server refuses holds nothing.
+            Err(ZkError::NoNode | ZkError::BadArguments(_)) => Ok(0),
+            Err(e) => Err(harness(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl BackendFactory for ZooKeeperFactory {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inspector.capabilities()
+    }
+
+    async fn client(&self) -> Result<Client> {
+        let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
+        let (link, addrs) = ProxyLink::start_all(&nodes).await?;
+        let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+        let backend = ZooKeeperBackend::connect(&endpoints.join(","), options()).await?;
+        self.sessions_opened.fetch_add(1, Ordering::SeqCst);
+        let backend = Arc::new(backend);
+        self.backends.lock().unwrap().push(backend.clone());
+        self.proxies.lock().unwrap().push(link.clone());
+        Ok(Client {
+            backend,
+            link: Some(link),
+        })
+    }
+
+    async fn server_writes(&self) -> Option<Result<u64>> {
+        // The zxid counts every transaction the ensemble committed: creates,
+        // deletes, session creations and closes (reads, syncs and pings are
+        // none). Every server applies all of them. Less the sessions that
+        // making clients opened (sessions a backend opens later, after an
+        // expiry, count).
+        let leader = self
+            .cluster
+            .leader_index()
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        Some(
+            self.cluster
+                .stats(leader)
+                .await
+                // The low 32 bits count within an epoch.
+                .map(|s| {
+                    (s.get("zxid") & 0xffff_ffff)
+                        .saturating_sub(self.sessions_opened.load(Ordering::SeqCst))
+                })
+                .map_err(harness),
+        )
+    }
+
+    async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
+        Some(self.count_children(key).await.map(|n| n.saturating_sub(1)))
+    }
+
+    async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
+        Some(self.count_children(key).await.map(|n| n > 0))
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(&self.servers)
+    }
+
+    fn candidate(&self) -> Option<CandidateCommand> {
+        Some(CandidateCommand {
+            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
+            url: format!(
+                "zk://{}?session_timeout_ms={}",
+                self.cluster.endpoints().join(","),
+                SESSION_TIMEOUT.as_millis()
+            ),
+        })
+    }
+}
+
+mod single {
+    tenure_conformance::conformance_tests!(async super::ZooKeeperFactory::start(
+        1,
+        "zookeeper-1node"
+    ));
+}
+
+mod three {
+    tenure_conformance::conformance_tests!(async super::ZooKeeperFactory::start(
+        3,
+        "zookeeper-3node"
+    ));
+}

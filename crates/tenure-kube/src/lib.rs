@@ -1,0 +1,380 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod error;
+mod observe;
+mod record;
+mod thread;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken, KeyRule,
+    LeaderEvent, LeaderInfo, Lease, LeaseBackend, LeaseHandle, Result,
+};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+pub use k8s_openapi;
+pub use kube;
+
+use crate::error::{bounded, refused, Refused, BACKEND};
+use crate::observe::Observations;
+use crate::record::Record;
+
+/// Options for [`KubeLeaseBackend`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct KubeOptions {
+    /// Deadline of each request (never of a watch), capped by the TTL; default 5 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        KubeOptions {
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Leader election on `coordination.k8s.io/v1` Leases, compatible with
+/// client-go's LeaseLock. One Lease object per election, named by the key.
+///
+/// Fencing token: `leaseTransitions`, bumped on every new grant. Waiting
+/// candidates watch the Lease, so all of them wake on a change: the wait is
+/// not herd-free.
+#[derive(Clone)]
+pub struct KubeLeaseBackend {
+    api: Api<KubeLease>,
+    namespace: String,
+    options: KubeOptions,
+    observations: Arc<Observations>,
+}
+
+impl std::fmt::Debug for KubeLeaseBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeLeaseBackend")
+            .field("namespace", &self.namespace)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a tenure lease on Kubernetes carries: the Lease as we last wrote it.
+struct Held {
+    transitions: i32,
+    last: Mutex<KubeLease>,
+}
+
+impl KubeLeaseBackend {
+    /// Wraps a client; Leases live in `namespace`.
+    pub fn new(client: Client, namespace: impl Into<String>, options: KubeOptions) -> Self {
+        let namespace = namespace.into();
+        KubeLeaseBackend {
+            api: Api::namespaced(client, &namespace),
+            namespace,
+            options,
+            observations: Default::default(),
+        }
+    }
+
+    /// A client from a `kube::Config` (its default namespace), driven by
+    /// tenure's heartbeat thread.
+    pub async fn from_config(config: kube::Config, options: KubeOptions) -> Result<Self> {
+        let namespace = config.default_namespace.clone();
+        let client = tenure_core::heartbeat_runtime()
+            .spawn(async move { Client::try_from(config) })
+            .await
+            .map_err(|e| Error::Backend {
+                backend: BACKEND,
+                source: Box::new(e),
+            })?
+            .map_err(error::map)?;
+        Ok(Self::new(client, namespace, options))
+    }
+
+    /// A client from the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the in-cluster config.
+    pub async fn infer(options: KubeOptions) -> Result<Self> {
+        let config = kube::Config::infer().await.map_err(|e| Error::Backend {
+            backend: BACKEND,
+            source: Box::new(e),
+        })?;
+        Self::from_config(config, options).await
+    }
+
+    /// The Lease API of this backend's namespace.
+    pub fn api(&self) -> &Api<KubeLease> {
+        &self.api
+    }
+
+    fn timeout(&self, ttl: Duration) -> Duration {
+        self.options.request_timeout.min(ttl)
+    }
+
+    fn span(&self, op: &'static str, key: &ElectionKey, identity: &str) -> tracing::Span {
+        tracing::debug_span!(
+            "tenure",
+            op,
+            backend = BACKEND,
+            key = key.as_str(),
+            identity
+        )
+    }
+
+    async fn get(&self, name: &str, after: Duration) -> Result<Option<KubeLease>> {
+        bounded("get lease", after, self.api.get_opt(name))
+            .await?
+            .map_err(error::map)
+    }
+
+    async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        let name = candidacy.key().as_str();
+        let me = candidacy.identity().as_str();
+        let after = self.timeout(candidacy.ttl());
+        let pp = PostParams::default();
+        loop {
+            let Some(observed) = self.get(name, after).await? else {
+                let sent_at = Instant::now();
+                let lease = record::new_lease(name, me, candidacy.ttl());
+                match bounded("create lease", after, self.api.create(&pp, &lease)).await? {
+                    Ok(written) => return Ok(self.granted(candidacy, written, sent_at)),
+                    Err(e) => match refused(e) {
+                        Refused::Conflict | Refused::NotFound => continue,
+                        Refused::Other(e) => return Err(e),
+                    },
+                }
+            };
+            let rec = Record::of(&observed);
+            let since = self.observations.seen(name, &rec.resource_version);
+            let expires = since + rec.duration;
+            if rec.holder.is_empty() || Instant::now() >= expires {
+                let sent_at = Instant::now();
+                let lease = record::granted(&observed, me, candidacy.ttl());
+                match bounded("take lease", after, self.api.replace(name, &pp, &lease)).await? {
+                    Ok(written) => return Ok(self.granted(candidacy, written, sent_at)),
+                    Err(e) => match refused(e) {
+                        Refused::Conflict | Refused::NotFound => continue,
+                        Refused::Other(e) => return Err(e),
+                    },
+                }
+            }
+            let holder = LeaderInfo {
+                identity: tenure_core::CandidateId::new(&rec.holder)?,
+                token: Some(FencingToken::new(rec.transitions.max(0) as u64)),
+            };
+            if mode == AcquireMode::Once {
+                return Ok(Acquisition::Held(holder));
+            }
+            observe::changed(&self.api, name, &rec.resource_version, Some(expires)).await;
+        }
+    }
+
+    fn granted(&self, candidacy: &Candidacy, written: KubeLease, sent_at: Instant) -> Acquisition {
+        let rec = Record::of(&written);
+        self.observations
+            .seen(candidacy.key().as_str(), &rec.resource_version);
+        let held = Held {
+            transitions: rec.transitions,
+            last: Mutex::new(written),
+        };
+        Acquisition::Granted(Lease::new(
+            candidacy.clone(),
+            Some(FencingToken::new(rec.transitions.max(0) as u64)),
+            sent_at,
+            LeaseHandle::new(Arc::new(held)),
+        ))
+    }
+
+    /// Writes `change(last)` against the last resourceVersion we know; on a
+    /// conflict, re-reads and retries while the Lease is still ours (same
+    /// holder, same transitions), so a renewal cancelled midway cannot make a
+    /// release fail (kubernetes#131867). `Ok(false)`: the Lease is no longer ours.
+    async fn write_ours(
+        &self,
+        lease: &Lease,
+        operation: &'static str,
+        change: fn(&KubeLease) -> KubeLease,
+    ) -> Result<Option<Instant>> {
+        let held = held(lease)?;
+        let name = lease.key().as_str();
+        let after = self.timeout(lease.ttl());
+        let mut last = held.last.lock().await;
+        for _ in 0..3 {
+            let sent_at = Instant::now();
+            let next = change(&last);
+            match bounded(
+                operation,
+                after,
+                self.api.replace(name, &PostParams::default(), &next),
+            )
+            .await?
+            {
+                Ok(written) => {
+                    *last = written;
+                    return Ok(Some(sent_at));
+                }
+                Err(e) => match refused(e) {
+                    Refused::NotFound => return Ok(None),
+                    Refused::Other(e) => return Err(e),
+                    Refused::Conflict => {
+                        let Some(now) = self.get(name, after).await? else {
+                            return Ok(None);
+                        };
+                        let rec = Record::of(&now);
+                        if rec.holder != lease.holder().as_str()
+                            || rec.transitions != held.transitions
+                        {
+                            return Ok(None);
+                        }
+                        *last = now;
+                    }
+                },
+            }
+        }
+        Err(Error::Unavailable {
+            backend: BACKEND,
+            source: "the Lease kept changing under us".into(),
+        })
+    }
+
+    async fn watch_inner(self, name: String, tx: tokio::sync::mpsc::Sender<Result<LeaderEvent>>) {
+        let mut last: Option<LeaderEvent> = None;
+        let after = self.options.request_timeout;
+        loop {
+            let observed = match self.get(&name, after).await {
+                Ok(o) => o,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            let (event, rv, until) = match &observed {
+                None => (LeaderEvent::Vacant, "0".to_owned(), None),
+                Some(lease) => {
+                    let rec = Record::of(lease);
+                    let since = self.observations.seen(&name, &rec.resource_version);
+                    let expires = since + rec.duration;
+                    let event = match tenure_core::CandidateId::new(&rec.holder) {
+                        Ok(identity) if Instant::now() < expires => {
+                            LeaderEvent::Elected(LeaderInfo {
+                                identity,
+                                token: Some(FencingToken::new(rec.transitions.max(0) as u64)),
+                            })
+                        }
+                        _ => LeaderEvent::Vacant,
+                    };
+                    let until = matches!(event, LeaderEvent::Elected(_)).then_some(expires);
+                    (event, rec.resource_version, until)
+                }
+            };
+            if last.as_ref() != Some(&event) {
+                if tx.send(Ok(event.clone())).await.is_err() {
+                    return;
+                }
+                last = Some(event);
+            }
+            tokio::select! {
+                _ = observe::changed(&self.api, &name, &rv, until) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    }
+}
+
+fn held(lease: &Lease) -> Result<&Arc<Held>> {
+    lease
+        .handle()
+        .get::<Arc<Held>>()
+        .ok_or_else(|| Error::invalid("lease", "was not granted by the kube backend"))
+}
+
+#[async_trait]
+impl LeaseBackend for KubeLeaseBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new(true, false);
+        caps.min_ttl = Duration::from_secs(1);
+        caps.ttl_granularity = Duration::from_secs(1);
+        caps.key_rule = KeyRule::Dns1123Subdomain;
+        caps.max_key_len = 253;
+        // Expiry as client-go judges it: by our own clock, from the last change we saw.
+        caps.expiry_judged_by_observer = true;
+        caps
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.capabilities().check(candidacy)?;
+        let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
+        let (this, candidacy) = (self.clone(), candidacy.clone());
+        thread::on_heartbeat(
+            async move { this.acquire_inner(&candidacy, mode).await }.instrument(span),
+        )
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let span = self.span("renew", lease.key(), lease.holder().as_str());
+        let (this, lease) = (self.clone(), lease.clone());
+        thread::on_heartbeat(
+            async move {
+                if !lease.is_valid() {
+                    return Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "the lease ran out before it was renewed",
+                    ));
+                }
+                match this
+                    .write_ours(&lease, "renew lease", record::renewed)
+                    .await?
+                {
+                    Some(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
+                    None => Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "the Lease has another holder or term",
+                    )),
+                }
+            }
+            .instrument(span),
+        )
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let span = self.span("release", lease.key(), lease.holder().as_str());
+        let (this, lease) = (self.clone(), lease.clone());
+        thread::on_heartbeat(
+            async move {
+                this.write_ours(&lease, "release lease", record::released)
+                    .await
+                    .map(|_| ())
+            }
+            .instrument(span),
+        )
+        .await
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        self.capabilities().check_key(key)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let this = self.clone();
+        let name = key.as_str().to_owned();
+        tenure_core::heartbeat_runtime().spawn(
+            this.watch_inner(name, tx)
+                .instrument(self.span("watch", key, "")),
+        );
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        Ok(Box::pin(stream))
+    }
+}

@@ -1,0 +1,69 @@
+//! Expiry judged by the observer's own monotonic clock (client-go#448), and
+//! waiting for a Lease to change by watching it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{WatchEvent, WatchParams};
+use kube::Api;
+use tokio::time::Instant;
+
+/// When this process first saw each Lease's current resourceVersion.
+#[derive(Debug, Default)]
+pub(crate) struct Observations(Mutex<HashMap<String, (String, Instant)>>);
+
+impl Observations {
+    /// Records seeing `name` at `resource_version`; returns since when this
+    /// process has seen it unchanged.
+    pub fn seen(&self, name: &str, resource_version: &str) -> Instant {
+        let mut map = self.0.lock().unwrap();
+        match map.get(name) {
+            Some((rv, since)) if rv == resource_version => *since,
+            _ => {
+                let now = Instant::now();
+                map.insert(name.to_owned(), (resource_version.to_owned(), now));
+                now
+            }
+        }
+    }
+}
+
+/// Returns when the Lease `name` changes after `resource_version` (or is
+/// deleted), when `until` passes, or on a watch error (410 Gone included:
+/// the caller re-reads).
+pub(crate) async fn changed(
+    api: &Api<Lease>,
+    name: &str,
+    resource_version: &str,
+    until: Option<Instant>,
+) {
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(290);
+    let wait = async {
+        let Ok(stream) = api.watch(&params, resource_version).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return;
+        };
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Bookmark(_)) => continue,
+                Ok(_) => return,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    return;
+                }
+            }
+        }
+    };
+    match until {
+        Some(until) => {
+            let _ = tokio::time::timeout_at(until, wait).await;
+        }
+        None => wait.await,
+    }
+}

@@ -1,0 +1,105 @@
+//! A held lease's node and its local expiry.
+//!
+//! One ZooKeeper session serves every election of the backend and is kept
+//! alive by the client's own pings, so a held node would live on without any
+//! renewal. To keep the contract (a lease lapses one TTL after the send time
+//! of its last renewal), each held lease has a timer that deletes its node at
+//! that instant unless a renewal moved it. If the client cannot reach the
+//! servers to delete it, the server expires the session no earlier than that
+//! either: the session timeout equals the TTL, counted from a packet that
+//! reached the server after the renewal was sent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use zookeeper_client::Client;
+
+use crate::latch;
+use crate::Settings;
+
+/// What a tenure lease on ZooKeeper carries.
+pub(crate) struct Held {
+    pub client: Client,
+    pub path: String,
+    pub czxid: i64,
+    pub owner: i64,
+    pub state: Arc<Mutex<State>>,
+    expiry: AbortHandle,
+}
+
+/// Guarded by one lock, which a renewal holds for its whole request, so the
+/// expiry timer never deletes a node while a renewal sent before the
+/// deadline is in flight.
+pub(crate) struct State {
+    /// Send time of the last answered renewal (or the grant) plus the TTL.
+    pub deadline: Instant,
+    /// The timer fired, or the lease was released: no renewal any more.
+    pub ended: bool,
+}
+
+impl Held {
+    /// Starts the expiry timer of a node granted by a request sent at `sent_at`.
+    pub(crate) fn new(
+        client: Client,
+        node: &latch::OurNode,
+        sent_at: Instant,
+        ttl: Duration,
+        settings: Settings,
+    ) -> Held {
+        let state = Arc::new(Mutex::new(State {
+            deadline: sent_at + ttl,
+            ended: false,
+        }));
+        let expiry = tenure_core::heartbeat_runtime()
+            .spawn(expire(
+                client.clone(),
+                node.path.clone(),
+                state.clone(),
+                settings,
+            ))
+            .abort_handle();
+        Held {
+            client,
+            path: node.path.clone(),
+            czxid: node.czxid,
+            owner: node.owner,
+            state,
+            expiry,
+        }
+    }
+
+    /// Stops the timer (after a successful release).
+    pub(crate) fn disarm(&self) {
+        self.expiry.abort();
+    }
+}
+
+async fn expire(client: Client, path: String, state: Arc<Mutex<State>>, settings: Settings) {
+    loop {
+        let deadline = state.lock().await.deadline;
+        tokio::time::sleep_until(deadline).await;
+        let mut st = state.lock().await;
+        if st.deadline > deadline {
+            continue;
+        }
+        st.ended = true;
+        drop(st);
+        tracing::debug!(path, "lease not renewed within its TTL; deleting its node");
+        // Until it is gone, or the session is (which takes the node with it).
+        loop {
+            if client.state().is_terminated() {
+                return;
+            }
+            match latch::delete(&client, &path, &settings).await {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::debug!(path, %error, "deleting an expired node failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Curator LeaderLatch's recipe, node for node.
+//!
+//! Each candidate creates an ephemeral sequential node
+//! `<election>/_c_<uuid>-latch-<seq>` (Curator's protected-mode name, data =
+//! its identity). The leader is the node with the lowest sequence (Curator
+//! sorts by the text after `latch-`); a waiting candidate watches only the
+//! node just before its own (herd-free).
+
+use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
+use zookeeper_client::{Client, Error as ZkError, Stat};
+
+use crate::error::{bounded, map, unavailable};
+use crate::Settings;
+
+/// Curator's lock name: the sequence follows it.
+const LOCK_NAME: &str = "latch-";
+
+/// The election's path: the base path, then the key.
+pub(crate) fn election_path(base: &str, key: &str) -> String {
+    format!("{}/{key}", base.trim_end_matches('/'))
+}
+
+/// A fresh protected-mode prefix, `_c_<uuid>-latch-` (the server appends the sequence).
+pub(crate) fn node_prefix() -> String {
+    let r: u128 = rand::random();
+    // A version 4 UUID, as Java's UUID.randomUUID() prints it.
+    let r = (r & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
+    let h = format!("{r:032x}");
+    format!(
+        "_c_{}-{}-{}-{}-{}-{LOCK_NAME}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The text Curator sorts a child by: what follows the last `latch-`.
+fn sort_key(name: &str) -> &str {
+    match name.rfind(LOCK_NAME) {
+        Some(i) => &name[i + LOCK_NAME.len()..],
+        None => name,
+    }
+}
+
+/// The election's children in Curator's order: the leader first.
+pub(crate) fn sorted(mut children: Vec<String>) -> Vec<String> {
+    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+    children
+}
+
+/// Who a candidate node says leads: identity from its data (the node name
+/// when it is not a valid identity, as Curator's default empty id), token
+/// from its czxid.
+pub(crate) fn leader_info(name: &str, data: &[u8], stat: &Stat) -> Result<LeaderInfo> {
+    let identity = String::from_utf8_lossy(data);
+    Ok(LeaderInfo {
+        identity: CandidateId::new(identity.as_ref()).or_else(|_| CandidateId::new(name))?,
+        token: Some(FencingToken::new(stat.czxid as u64)),
+    })
+}
+
+/// The election's children, `None` if the election node does not exist.
+pub(crate) async fn children(
+    client: &Client,
+    election: &str,
+    settings: &Settings,
+) -> Result<Option<Vec<String>>> {
+    match bounded(
+        "list children",
+        settings.request_timeout,
+        client.list_children(election),
+    )
+    .await?
+    {
+        Ok(children) => Ok(Some(sorted(children))),
+        Err(ZkError::NoNode) => Ok(None),
+        Err(e) => Err(map(e)),
+    }
+}
+
+/// The current leader among sorted `children`: the first whose data can be read.
+pub(crate) async fn leader(
+    client: &Client,
+    election: &str,
+    children: &[String],
+    settings: &Settings,
+) -> Result<Option<LeaderInfo>> {
+    for name in children {
+        let path = format!("{election}/{name}");
+        match bounded("get data", settings.request_timeout, client.get_data(&path)).await? {
+            Ok((data, stat)) => return Ok(Some(leader_info(name, &data, &stat)?)),
+            Err(ZkError::NoNode) => continue,
+            Err(e) => return Err(map(e)),
+        }
+    }
+    Ok(None)
+}
+
+/// Our node as created: its name, czxid and the session that owns it.
+#[derive(Clone, Debug)]
+pub(crate) struct OurNode {
+    pub name: String,
+    pub path: String,
+    pub czxid: i64,
+    pub owner: i64,
+}
+
+/// Creates our node, creating the election's parents when they are missing
+/// (also when they vanished during an outage: CURATOR-724). A create whose
+/// answer was lost is recovered by finding our node by its uuid prefix.
+pub(crate) async fn create(
+    client: &Client,
+    election: &str,
+    prefix: &str,
+    identity: &str,
+    settings: &Settings,
+) -> Result<OurNode> {
+    use zookeeper_client::{Acls, CreateMode};
+    let path = format!("{election}/{prefix}");
+    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let mut last = None;
+    for _ in 0..3 {
+        let created = bounded(
+            "create",
+            settings.request_timeout,
+            client.create(&path, identity.as_bytes(), &options),
+        )
+        .await;
+        match created {
+            Ok(Ok((stat, seq))) => {
+                let name = format!("{prefix}{seq}");
+                return Ok(OurNode {
+                    path: format!("{election}/{name}"),
+                    name,
+                    czxid: stat.czxid,
+                    owner: stat.ephemeral_owner,
+                });
+            }
+            Ok(Err(ZkError::NoNode)) => {
+                let parents = CreateMode::Container.with_acls(Acls::anyone_all());
+                match bounded(
+                    "mkdir",
+                    settings.request_timeout,
+                    client.mkdir(election, &parents),
+                )
+                .await?
+                {
+                    Ok(()) | Err(ZkError::NodeExists) => {}
+                    Err(e) => return Err(map(e)),
+                }
+            }
+            Ok(Err(e)) if !matches!(e, ZkError::ConnectionLoss) => return Err(map(e)),
+            // The answer was lost (connection loss or our own deadline): did it land?
+            other => {
+                if let Some(found) = find(client, election, prefix, settings).await? {
+                    return Ok(found);
+                }
+                last = Some(match other {
+                    Ok(Err(e)) => map(e),
+                    Err(e) => e,
+                    Ok(Ok(_)) => unreachable!("handled above"),
+                });
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| unavailable("the election node kept vanishing")))
+}
+
+/// Our node by its uuid prefix, if a create landed.
+async fn find(
+    client: &Client,
+    election: &str,
+    prefix: &str,
+    settings: &Settings,
+) -> Result<Option<OurNode>> {
+    let Some(children) = children(client, election, settings).await? else {
+        return Ok(None);
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let path = format!("{election}/{name}");
+    match bounded("exists", settings.request_timeout, client.check_stat(&path)).await? {
+        Ok(Some(stat)) => Ok(Some(OurNode {
+            name,
+            path,
+            czxid: stat.czxid,
+            owner: stat.ephemeral_owner,
+        })),
+        Ok(None) => Ok(None),
+        Err(e) => Err(map(e)),
+    }
+}
+
+/// Where our node stands, read after a `sync` so that a follower cut off from
+/// the quorum cannot answer from a stale view.
+pub(crate) struct Position {
+    /// Our node exists, is the one we created, and its ephemeralOwner is the
+    /// client's current session (CURATOR-696).
+    pub ours: bool,
+    /// The children in order.
+    pub children: Vec<String>,
+}
+
+pub(crate) async fn position(
+    client: &Client,
+    election: &str,
+    node: &OurNode,
+    settings: &Settings,
+) -> Result<Position> {
+    let (synced, listed, stat) = bounded("sync and read", settings.request_timeout, async {
+        // Sent in this order at creation; the reads follow the sync.
+        let sync = client.sync(election);
+        let list = client.list_children(election);
+        let stat = client.check_stat(&node.path);
+        Ok::<_, ZkError>(futures::join!(sync, list, stat))
+    })
+    .await?
+    .map_err(map)?;
+    synced.map_err(map)?;
+    let children = match listed {
+        Ok(children) => sorted(children),
+        Err(ZkError::NoNode) => Vec::new(),
+        Err(e) => return Err(map(e)),
+    };
+    let ours = match stat.map_err(map)? {
+        Some(stat) => stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0,
+        None => false,
+    };
+    Ok(Position { ours, children })
+}
+
+/// Whether our node is still ours (same czxid, owned by the client's current
+/// session), read after a `sync`; `Err` only for transient trouble.
+pub(crate) async fn still_ours(
+    client: &Client,
+    node_path: &str,
+    czxid: i64,
+    owner: i64,
+    settings: &Settings,
+) -> Result<bool> {
+    let (synced, stat) = bounded("sync and exists", settings.request_timeout, async {
+        let sync = client.sync(node_path);
+        let stat = client.check_stat(node_path);
+        Ok::<_, ZkError>(futures::join!(sync, stat))
+    })
+    .await?
+    .map_err(map)?;
+    match (synced, stat) {
+        (Err(ZkError::NoNode), _) | (_, Ok(None)) => Ok(false),
+        (Err(ZkError::SessionExpired), _) | (_, Err(ZkError::SessionExpired)) => Ok(false),
+        (Err(e), _) | (_, Err(e)) => Err(map(e)),
+        (Ok(()), Ok(Some(stat))) => Ok(stat.czxid == czxid
+            && stat.ephemeral_owner == owner
+            && client.session_id().0 == owner),
+    }
+}
+
+/// Deletes our node by its (unique, uuid-bearing) path and version 0: it is
+/// never written after its creation. Gone already is fine.
+pub(crate) async fn delete(client: &Client, node_path: &str, settings: &Settings) -> Result<()> {
+    match bounded(
+        "delete",
+        settings.request_timeout,
+        client.delete(node_path, Some(0)),
+    )
+    .await?
+    {
+        Ok(()) | Err(ZkError::NoNode) | Err(ZkError::SessionExpired) => Ok(()),
+        Err(e) => Err(map(e)),
+    }
+}

@@ -1,0 +1,536 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod error;
+mod held;
+mod latch;
+mod session;
+mod thread;
+mod watch;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken, KeyRule,
+    LeaderEvent, Lease, LeaseBackend, LeaseHandle, Result,
+};
+use tokio::time::Instant;
+use tracing::Instrument;
+pub use zookeeper_client;
+use zookeeper_client::{Client, EventType, WatchedEvent};
+
+use crate::error::{bounded, map, unavailable, BACKEND};
+use crate::held::Held;
+use crate::session::Sessions;
+
+/// Options for [`ZooKeeperBackend::connect`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ZooKeeperOptions {
+    /// The path elections live under (`/services/latches`); default the root,
+    /// so key `billing` is the election node `/billing`, where Curator's
+    /// `new LeaderLatch(client, "/billing", id)` joins it. Created on demand.
+    pub base_path: String,
+    /// The session timeout, and so every candidacy's TTL (default 10 s). It
+    /// must lie within the server's `minSessionTimeout..=maxSessionTimeout`
+    /// (by default 2x..=20x its tickTime); `connect` refuses one the server
+    /// would change.
+    pub session_timeout: Duration,
+    /// An authentication (`scheme`, `credentials`), e.g. `("digest", b"user:pw")`.
+    pub auth: Option<(String, Vec<u8>)>,
+    /// Deadline of each request (never of waiting), capped at the TTL; default 5 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for ZooKeeperOptions {
+    fn default() -> Self {
+        ZooKeeperOptions {
+            base_path: String::new(),
+            session_timeout: Duration::from_secs(10),
+            auth: None,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ZooKeeperOptions {
+    /// Sets the base path (`/a/b`).
+    pub fn with_base_path(mut self, path: impl Into<String>) -> Self {
+        self.base_path = path.into();
+        self
+    }
+    /// Sets the session timeout (= the TTL of every candidacy).
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+    /// Adds an authentication.
+    pub fn with_auth(mut self, scheme: impl Into<String>, credentials: impl Into<Vec<u8>>) -> Self {
+        self.auth = Some((scheme.into(), credentials.into()));
+        self
+    }
+    /// Sets the per-request deadline.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub base_path: String,
+    pub request_timeout: Duration,
+}
+
+impl Settings {
+    /// These settings for one lease: no request waits longer than its TTL.
+    fn for_ttl(&self, ttl: Duration) -> Settings {
+        Settings {
+            base_path: self.base_path.clone(),
+            request_timeout: self.request_timeout.min(ttl),
+        }
+    }
+}
+
+/// Leader election on ZooKeeper, as Curator's `LeaderLatch` does it.
+///
+/// One value is one ZooKeeper session (replaced by a new one if the server
+/// expires it) and serves any number of elections. Fencing token: the czxid
+/// of the leader's node. Every candidacy's TTL is the session timeout.
+#[derive(Clone)]
+pub struct ZooKeeperBackend {
+    sessions: Arc<Sessions>,
+    settings: Arc<Settings>,
+}
+
+impl std::fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("settings", &self.settings)
+            .field("session_timeout", &self.sessions.session_timeout())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZooKeeperBackend {
+    /// Connects to the ensemble at `connect_string` (`"host:2181,host:2182"`)
+    /// and opens the session; a session timeout the server would change is an
+    /// [`Error::InvalidArgument`] naming `session_timeout`.
+    ///
+    /// The session is driven by tenure's heartbeat thread, so an application
+    /// runtime whose workers are all busy cannot stall its pings.
+    ///
+    /// The session is driven by tenure's heartbeat thread, so an application
+    /// runtime whose workers are all busy cannot stall its pings.
+    pub async fn connect(connect_string: &str, options: ZooKeeperOptions) -> Result<Self> {
+        if connect_string.trim().is_empty() {
+            return Err(Error::invalid(
+                "connect_string",
+                "at least one ZooKeeper server is required",
+            ));
+        }
+        if connect_string.contains('/') {
+            return Err(Error::invalid(
+                "connect_string",
+                "give the chroot as ZooKeeperOptions::base_path, not in the connect string",
+            ));
+        }
+        for (field, value) in [
+            ("session_timeout", options.session_timeout),
+            ("request_timeout", options.request_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid(field, "must be greater than zero"));
+            }
+        }
+        if options.session_timeout.subsec_nanos() % 1_000_000 != 0 {
+            return Err(Error::invalid(
+                "session_timeout",
+                "ZooKeeper counts session timeouts in whole milliseconds",
+            ));
+        }
+        let base_path = normalize_base(&options.base_path)?;
+        let sessions = Arc::new(Sessions::new(connect_string.to_owned(), options.clone()));
+        let first = sessions.clone();
+        tenure_core::heartbeat_runtime()
+            .spawn(async move { first.client().await.map(drop) })
+            .await
+            .map_err(|e| Error::Backend {
+                backend: BACKEND,
+                source: Box::new(e),
+            })??;
+        Ok(ZooKeeperBackend {
+            sessions,
+            settings: Arc::new(Settings {
+                base_path,
+                request_timeout: options.request_timeout,
+            }),
+        })
+    }
+
+    /// Connects from a URL: `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N]`.
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("zk://")
+            .ok_or_else(|| Error::invalid("url", format!("{url:?} does not start with zk://")))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (hosts, base) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let mut options = ZooKeeperOptions::default().with_base_path(base);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("session_timeout_ms", ms)) => {
+                    let ms: u64 = ms.parse().map_err(|_| {
+                        Error::invalid("url", format!("session_timeout_ms={ms:?} is not a number"))
+                    })?;
+                    options = options.with_session_timeout(Duration::from_millis(ms));
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "url",
+                        format!("{url:?}: unknown parameter {pair:?}"),
+                    ))
+                }
+            }
+        }
+        Self::connect(hosts, options).await
+    }
+
+    /// The current session's client (a new session if the last one ended).
+    pub async fn client(&self) -> Result<Client> {
+        let sessions = self.sessions.clone();
+        thread::on_heartbeat(async move { sessions.client().await }).await
+    }
+
+    /// The ZooKeeper path of an election.
+    pub fn election_path(&self, key: &ElectionKey) -> String {
+        latch::election_path(&self.settings.base_path, key.as_str())
+    }
+
+    fn span(&self, op: &'static str, key: &ElectionKey, identity: &str) -> tracing::Span {
+        tracing::debug_span!(
+            "tenure",
+            op,
+            backend = BACKEND,
+            key = key.as_str(),
+            identity
+        )
+    }
+
+    /// Checks a key: the capabilities' rules, and not ZooKeeper's own `/zookeeper` tree.
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        self.capabilities().check_key(key)?;
+        let path = self.election_path(key);
+        if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+            return Err(Error::invalid(
+                "key",
+                format!("{path:?} is inside ZooKeeper's reserved /zookeeper tree"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        self.check_key(candidacy.key())?;
+        let timeout = self.sessions.session_timeout();
+        self.capabilities()
+            .check_ttl(candidacy.ttl())
+            .map_err(|e| match e {
+                Error::InvalidArgument {
+                    field: "ttl",
+                    reason,
+                } => Error::invalid(
+                    "ttl",
+                    format!(
+                        "{reason}: on ZooKeeper the session is the lease, so a candidacy's TTL \
+                         must equal this backend's session timeout, {timeout:?} (set \
+                         ZooKeeperOptions::session_timeout, within the server's \
+                         minSessionTimeout..=maxSessionTimeout, by default 2x..=20x tickTime)"
+                    ),
+                ),
+                other => other,
+            })
+    }
+
+    async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        let client = self.sessions.client().await?;
+        let ttl = candidacy.ttl();
+        let settings = self.settings.for_ttl(ttl);
+        let election = latch::election_path(&settings.base_path, candidacy.key().as_str());
+        if mode == AcquireMode::Once {
+            // Read first: a held election costs no write.
+            if let Some(children) = latch::children(&client, &election, &settings).await? {
+                if let Some(info) = latch::leader(&client, &election, &children, &settings).await? {
+                    return Ok(Acquisition::Held(info));
+                }
+            }
+        }
+        let prefix = latch::node_prefix();
+        let identity = candidacy.identity().as_str();
+        // From here on, leaving (error, or the future dropped, even before the
+        // create's answer) deletes our node.
+        let mut guard = DeleteOnDrop::new(
+            client.clone(),
+            election.clone(),
+            prefix.clone(),
+            settings.clone(),
+        );
+        let node = latch::create(&client, &election, &prefix, identity, &settings).await?;
+        guard.created(&node.path);
+        if node.owner != client.session_id().0 {
+            return Err(unavailable("our node belongs to an earlier session"));
+        }
+        let mut own_watch: Option<Pin<Box<dyn Future<Output = WatchedEvent> + Send>>> = None;
+        loop {
+            let sent_at = Instant::now();
+            let position = latch::position(&client, &election, &node, &settings).await?;
+            // CURATOR-696: never claim leadership on a node that vanished or
+            // belongs to an ended session; the caller re-enters with a new node.
+            let index = position
+                .children
+                .iter()
+                .position(|c| *c == node.name)
+                .filter(|_| position.ours)
+                .ok_or_else(|| {
+                    unavailable("our candidate node vanished or its session ended while waiting")
+                })?;
+            if index == 0 {
+                guard.disarm();
+                let held = Held::new(client, &node, sent_at, ttl, settings);
+                let token = Some(FencingToken::new(node.czxid as u64));
+                return Ok(Acquisition::Granted(Lease::new(
+                    candidacy.clone(),
+                    token,
+                    sent_at,
+                    LeaseHandle::new(Arc::new(held)),
+                )));
+            }
+            if mode == AcquireMode::Once {
+                let ahead = &position.children[..index];
+                if let Some(info) = latch::leader(&client, &election, ahead, &settings).await? {
+                    drop(guard); // withdraws our node
+                    return Ok(Acquisition::Held(info));
+                }
+                continue;
+            }
+            // Watch our own node too, so that its deletion (by hand, or the
+            // session's end) ends the wait at once; then the predecessor only.
+            if own_watch.is_none() {
+                let (stat, watcher) = bounded(
+                    "exists and watch",
+                    settings.request_timeout,
+                    client.check_and_watch_stat(&node.path),
+                )
+                .await?
+                .map_err(map)?;
+                if stat.is_none() {
+                    continue;
+                }
+                own_watch = Some(Box::pin(watcher.changed()));
+            }
+            let pred = format!("{election}/{}", position.children[index - 1]);
+            let (stat, watcher) = bounded(
+                "exists and watch",
+                settings.request_timeout,
+                client.check_and_watch_stat(&pred),
+            )
+            .await?
+            .map_err(map)?;
+            if stat.is_none() {
+                continue;
+            }
+            let own = own_watch.as_mut().expect("armed above");
+            let event = tokio::select! {
+                event = watcher.changed() => event,
+                event = own => { own_watch = None; event }
+            };
+            if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                return Err(unavailable("the ZooKeeper session ended while waiting"));
+            }
+        }
+    }
+}
+
+fn normalize_base(base: &str) -> Result<String> {
+    let trimmed = base.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Ok(String::new());
+    }
+    if !trimmed.starts_with('/')
+        || trimmed[1..]
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(Error::invalid(
+            "base_path",
+            format!("{base:?} must be an absolute ZooKeeper path like /a/b"),
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn held(lease: &Lease) -> Result<&Arc<Held>> {
+    lease
+        .handle()
+        .get::<Arc<Held>>()
+        .ok_or_else(|| Error::invalid("lease", "was not granted by the ZooKeeper backend"))
+}
+
+#[async_trait]
+impl LeaseBackend for ZooKeeperBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let timeout = self.sessions.session_timeout();
+        let mut caps = Capabilities::new(true, true);
+        // The session is the lease: one TTL, the session timeout.
+        caps.min_ttl = timeout;
+        caps.max_ttl = Some(timeout);
+        caps.ttl_granularity = Duration::from_millis(1);
+        caps.key_rule = KeyRule::PathSegments;
+        // The server expires sessions in tickTime buckets, and a session
+        // timeout is at least two ticks.
+        caps.expiry_slack = timeout / 2;
+        caps
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.check(candidacy)?;
+        let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
+        let (this, candidacy) = (self.clone(), candidacy.clone());
+        thread::on_heartbeat(
+            async move { this.acquire_inner(&candidacy, mode).await }.instrument(span),
+        )
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let span = self.span("renew", lease.key(), lease.holder().as_str());
+        let (this, lease) = (self.clone(), lease.clone());
+        thread::on_heartbeat(
+            async move {
+                let held = held(&lease)?;
+                let settings = this.settings.for_ttl(lease.ttl());
+                let mut state = held.state.lock().await;
+                if state.ended || Instant::now() >= state.deadline {
+                    return Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "not renewed within its TTL, or released",
+                    ));
+                }
+                if held.client.state().is_terminated() {
+                    state.ended = true;
+                    return Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "the ZooKeeper session ended",
+                    ));
+                }
+                let sent_at = Instant::now();
+                let ours =
+                    latch::still_ours(&held.client, &held.path, held.czxid, held.owner, &settings)
+                        .await?;
+                if !ours {
+                    state.ended = true;
+                    return Err(Error::lease_lost(
+                        lease.key().as_str(),
+                        "our node is gone or its session ended",
+                    ));
+                }
+                state.deadline = state.deadline.max(sent_at + lease.ttl());
+                Ok(lease.renewed(sent_at, lease.handle().clone()))
+            }
+            .instrument(span),
+        )
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let span = self.span("release", lease.key(), lease.holder().as_str());
+        let (this, lease) = (self.clone(), lease.clone());
+        thread::on_heartbeat(
+            async move {
+                let held = held(&lease)?;
+                let settings = this.settings.for_ttl(lease.ttl());
+                let mut state = held.state.lock().await;
+                state.ended = true;
+                if !held.client.state().is_terminated() {
+                    latch::delete(&held.client, &held.path, &settings).await?;
+                }
+                held.disarm();
+                Ok(())
+            }
+            .instrument(span),
+        )
+        .await
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        self.check_key(key)?;
+        let election = self.election_path(key);
+        let client = self.client().await?;
+        watch::watch(client, election, self.settings.clone())
+            .instrument(self.span("watch", key, ""))
+            .await
+    }
+}
+
+/// Deletes a candidate's node unless disarmed: by its path once known, else
+/// found by its uuid prefix (the create may have landed without its answer).
+struct DeleteOnDrop {
+    armed: Option<(Client, String, String, Settings)>,
+    path: Option<String>,
+}
+
+impl DeleteOnDrop {
+    fn new(client: Client, election: String, prefix: String, settings: Settings) -> Self {
+        DeleteOnDrop {
+            armed: Some((client, election, prefix, settings)),
+            path: None,
+        }
+    }
+    fn created(&mut self, path: &str) {
+        self.path = Some(path.to_owned());
+    }
+    fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let Some((client, election, prefix, settings)) = self.armed.take() else {
+            return;
+        };
+        let path = self.path.take();
+        tenure_core::heartbeat_runtime().spawn(async move {
+            let path = match path {
+                Some(path) => path,
+                // Requests on a session are answered in order: this listing
+                // sees the create if it landed.
+                None => match latch::children(&client, &election, &settings).await {
+                    Ok(Some(children)) => match children.into_iter().find(|c| c.starts_with(&prefix)) {
+                        Some(name) => format!("{election}/{name}"),
+                        None => return,
+                    },
+                    Ok(None) => return,
+                    Err(error) => {
+                        tracing::warn!(election, %error, "could not look for a withdrawn candidacy's node; it goes with the session");
+                        return;
+                    }
+                },
+            };
+            if let Err(error) = latch::delete(&client, &path, &settings).await {
+                tracing::warn!(path, %error, "could not withdraw a candidacy; it goes with the session");
+            }
+        });
+    }
+}

@@ -1,0 +1,88 @@
+//! The backend's one ZooKeeper session, replaced by a new one once it ends.
+
+use std::time::Duration;
+
+use tenure_core::{Error, Result};
+use tokio::sync::Mutex;
+use zookeeper_client::Client;
+
+use crate::error::{map, BACKEND};
+use crate::ZooKeeperOptions;
+
+/// The current session. Every election of the backend shares it; once the
+/// server expires it (or it fails authentication, or is closed), the next
+/// operation opens a new one, and nodes of the old one are never reused.
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    connect_string: String,
+    options: ZooKeeperOptions,
+    current: Mutex<Option<Client>>,
+}
+
+impl Sessions {
+    pub(crate) fn new(connect_string: String, options: ZooKeeperOptions) -> Self {
+        Sessions {
+            connect_string,
+            options,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The live session's client, connecting a new session if there is none.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        let mut current = self.current.lock().await;
+        if let Some(client) = current.as_ref().filter(|c| !c.state().is_terminated()) {
+            return Ok(client.clone());
+        }
+        let client = self.connect().await?;
+        *current = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn connect(&self) -> Result<Client> {
+        let requested = self.options.session_timeout;
+        let mut connector = Client::connector()
+            .with_session_timeout(requested)
+            .with_connection_timeout(requested / 3);
+        if let Some((scheme, auth)) = &self.options.auth {
+            connector = connector.with_auth(scheme, auth);
+        }
+        let connect = connector.connect(&self.connect_string);
+        let client = match tokio::time::timeout(
+            self.options.request_timeout.max(requested),
+            connect,
+        )
+        .await
+        {
+            Ok(result) => result.map_err(map)?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation: "connect",
+                    after: self.options.request_timeout.max(requested),
+                })
+            }
+        };
+        let negotiated = client.session_timeout();
+        if negotiated != requested {
+            return Err(Error::invalid(
+                "session_timeout",
+                format!(
+                    "ZooKeeper negotiated {negotiated:?} for the requested {requested:?}: \
+                     the server allows minSessionTimeout..=maxSessionTimeout (by default \
+                     2x..=20x its tickTime); ask for a timeout within those bounds"
+                ),
+            ));
+        }
+        tracing::debug!(
+            backend = BACKEND,
+            session = client.session_id().0,
+            "ZooKeeper session established"
+        );
+        Ok(client)
+    }
+
+    /// The session timeout every session is opened with.
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.options.session_timeout
+    }
+}

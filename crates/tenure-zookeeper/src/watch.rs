@@ -1,0 +1,110 @@
+//! Leader observations from child watches on the election node.
+
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tenure_core::{LeaderEvent, Result};
+use zookeeper_client::{Client, Error as ZkError, EventType, OneshotWatcher};
+
+use crate::error::{bounded, map, unavailable};
+use crate::latch;
+use crate::Settings;
+
+/// The leader now, and a watch that fires on the next change of the
+/// election's children (or of its existence, while it has none).
+async fn current(
+    client: &Client,
+    election: &str,
+    settings: &Settings,
+) -> Result<(LeaderEvent, OneshotWatcher)> {
+    loop {
+        let listed = bounded(
+            "list and watch children",
+            settings.request_timeout,
+            client.list_and_watch_children(election),
+        )
+        .await?;
+        match listed {
+            Ok((children, watcher)) => {
+                let children = latch::sorted(children);
+                let event = match latch::leader(client, election, &children, settings).await? {
+                    Some(info) => LeaderEvent::Elected(info),
+                    None => LeaderEvent::Vacant,
+                };
+                return Ok((event, watcher));
+            }
+            Err(ZkError::NoNode) => {
+                let exists = bounded(
+                    "exists and watch",
+                    settings.request_timeout,
+                    client.check_and_watch_stat(election),
+                )
+                .await?
+                .map_err(map)?;
+                match exists {
+                    (None, watcher) => return Ok((LeaderEvent::Vacant, watcher)),
+                    (Some(_), _) => continue, // created meanwhile: list it
+                }
+            }
+            Err(e) => return Err(map(e)),
+        }
+    }
+}
+
+struct Watcher {
+    client: Client,
+    election: String,
+    settings: Arc<Settings>,
+    pending: Option<OneshotWatcher>,
+    last: Option<LeaderEvent>,
+}
+
+impl Watcher {
+    /// The next leader state that differs from the last one reported.
+    async fn next(&mut self) -> Result<LeaderEvent> {
+        loop {
+            if let Some(watcher) = self.pending.take() {
+                let event = watcher.changed().await;
+                if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                    return Err(unavailable("the ZooKeeper session of a watch ended"));
+                }
+            }
+            let (event, watcher) = current(&self.client, &self.election, &self.settings).await?;
+            self.pending = Some(watcher);
+            if self.last.as_ref() != Some(&event) {
+                return Ok(event);
+            }
+        }
+    }
+}
+
+pub(crate) async fn watch(
+    client: Client,
+    election: String,
+    settings: Arc<Settings>,
+) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+    let mut watcher = Watcher {
+        client,
+        election,
+        settings,
+        pending: None,
+        last: None,
+    };
+    let first = watcher.next().await?;
+    watcher.last = Some(first.clone());
+    let rest = futures::stream::unfold(Some(watcher), |state| async move {
+        let mut watcher = state?;
+        match watcher.next().await {
+            Ok(event) => {
+                watcher.last = Some(event.clone());
+                Some((Ok(event), Some(watcher)))
+            }
+            // Report the error and end; `Elector::observe` re-watches with back-off.
+            Err(error) => Some((Err(error), None)),
+        }
+    });
+    Ok(futures::stream::once(async move { Ok(first) })
+        .chain(rest)
+        .boxed())
+}

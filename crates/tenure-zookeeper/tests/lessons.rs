@@ -1,0 +1,261 @@
+//! The lessons Curator's users paid for, each as a test against a real ZooKeeper.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{candidacy, children, connect, connect_to, plain, zookeeper, TTL};
+use tenure_conformance::harness::wait_for;
+use tenure_conformance::proxy::{FaultProxy, Mode};
+use tenure_core::{AcquireMode, Acquisition, Elector, Error, Lease, LeaseBackend};
+use tenure_zookeeper::ZooKeeperBackend;
+use tokio::time::Instant;
+
+async fn hold(backend: &ZooKeeperBackend, key: &str, who: &str) -> Lease {
+    match backend
+        .acquire(&candidacy(key, who), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(h) => panic!("held by {h:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_names_and_token_match_curator_leader_latch() {
+    let cluster = zookeeper().await;
+    let a = connect(&cluster).await;
+    let lease = hold(&a, "layout", "replica-a").await;
+    let zk = plain(&cluster).await;
+    let found = children(&zk, "/layout").await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let name = &found[0];
+    // `_c_<uuid>-latch-<10-digit sequence>`, data = identity, token = czxid.
+    let (head, seq) = name.rsplit_once("-latch-").expect("latch- in the name");
+    assert!(head.starts_with("_c_") && head.len() == 3 + 36, "{name}");
+    assert!(
+        seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()),
+        "{name}"
+    );
+    let (data, stat) = zk.get_data(&format!("/layout/{name}")).await.unwrap();
+    assert_eq!(data, b"replica-a");
+    assert_eq!(lease.token().map(|t| t.get() as i64), Some(stat.czxid));
+    assert_ne!(stat.ephemeral_owner, 0, "the node must be ephemeral");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ttl_other_than_the_session_timeout_is_refused_naming_it() {
+    let cluster = zookeeper().await;
+    let a = connect(&cluster).await;
+    let c = tenure_core::Candidacy::new(
+        tenure_core::ElectionKey::new("other-ttl").unwrap(),
+        tenure_core::CandidateId::new("a").unwrap(),
+        TTL * 2,
+    )
+    .unwrap();
+    match a.acquire(&c, AcquireMode::Once).await {
+        Err(Error::InvalidArgument {
+            field: "ttl",
+            reason,
+        }) => assert!(reason.contains("session timeout"), "{reason}"),
+        other => panic!("expected InvalidArgument(ttl), got {other:?}"),
+    }
+    assert!(children(&plain(&cluster).await, "/other-ttl")
+        .await
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_timeout_outside_the_servers_bounds_is_refused() {
+    let cluster = zookeeper().await;
+    // The harness's servers allow 400 ms .. 20 s.
+    let options = common::options().with_session_timeout(Duration::from_millis(100));
+    match ZooKeeperBackend::connect(&cluster.endpoints().join(","), options).await {
+        Err(Error::InvalidArgument {
+            field: "session_timeout",
+            reason,
+        }) => assert!(reason.contains("minSessionTimeout"), "{reason}"),
+        other => panic!("expected InvalidArgument(session_timeout), got {other:?}"),
+    }
+}
+
+/// CURATOR-696: a node left by an earlier session must never make a
+/// candidate leader; after an expiry the candidate re-enters with a new node.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_session_expiry_the_old_node_is_never_reused() {
+    let cluster = zookeeper().await;
+    let upstream = cluster.nodes()[0].addr();
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let a = connect_to(&proxy.addr().to_string()).await;
+    let first = hold(&a, "expiry", "a").await;
+    let zk = plain(&cluster).await;
+    let old = children(&zk, "/expiry").await;
+    assert_eq!(old.len(), 1);
+    // Cut a off for longer than its session: the server expires it.
+    proxy.set(Mode::Blackhole);
+    tokio::time::sleep(TTL * 3).await;
+    assert!(!first.is_valid(), "a still believes it leads");
+    assert!(
+        children(&zk, "/expiry").await.is_empty(),
+        "the old node outlived its session"
+    );
+    proxy.set(Mode::Pass);
+    assert!(a.renew(&first).await.is_err_and(|e| e.is_lease_lost()));
+    // A new acquisition runs on a new session with a new node.
+    let second = wait_for("a leads again", Duration::from_secs(10), || {
+        let a = a.clone();
+        async move {
+            a.acquire(&candidacy("expiry", "a"), AcquireMode::Once)
+                .await
+                .ok()
+                .and_then(Acquisition::granted)
+        }
+    })
+    .await
+    .unwrap();
+    let now = children(&zk, "/expiry").await;
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, old, "the old node was reused");
+    assert!(second.token() > first.token());
+}
+
+/// CURATOR-460: a disconnected leader is not leader past `valid_until`, which
+/// counts from the send time of its last answered request, whatever the
+/// session turns out to be later; nobody else leads before that.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disconnected_leader_stops_by_valid_until_before_anyone_else_leads() {
+    let cluster = zookeeper().await;
+    let proxy = FaultProxy::start(cluster.nodes()[0].addr()).await.unwrap();
+    let a = connect_to(&proxy.addr().to_string()).await;
+    let b = connect(&cluster).await;
+    let lease = hold(&a, "cut", "a").await;
+    let lease = a.renew(&lease).await.unwrap();
+    let valid_until = lease.valid_until();
+    assert!(valid_until <= lease.sent_at() + TTL);
+    proxy.set(Mode::Blackhole);
+    // Renewals fail while cut off; the lease is never extended.
+    let renewed = a.renew(&lease).await;
+    assert!(renewed.is_err(), "renewed while cut off");
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let lease = b
+                .acquire(&candidacy("cut", "b"), AcquireMode::Wait)
+                .await?
+                .granted()
+                .expect("granted");
+            Ok::<_, Error>((Instant::now(), lease))
+        })
+    };
+    let (granted_at, _) = waiting.await.unwrap().unwrap();
+    assert!(
+        granted_at >= valid_until,
+        "b led {:?} before a's valid_until",
+        valid_until - granted_at
+    );
+    assert!(
+        granted_at <= valid_until + TTL + Duration::from_secs(1),
+        "failover too slow"
+    );
+    proxy.set(Mode::Pass);
+    assert!(a.renew(&lease).await.is_err_and(|e| e.is_lease_lost()));
+}
+
+/// CURATOR-724: an election whose nodes and path vanished during an outage
+/// does not leave a waiting candidate stuck.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_candidate_whose_path_vanished_re_enters_and_leads() {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let lease = hold(&a, "gone", "a").await;
+    let elector = Elector::builder(b.clone())
+        .key("gone")
+        .identity("b")
+        .ttl(TTL)
+        .build()
+        .unwrap();
+    let campaign = tokio::spawn({
+        let elector = elector.clone();
+        async move { elector.campaign().await }
+    });
+    let zk = plain(&cluster).await;
+    wait_for("b waits", Duration::from_secs(5), || {
+        let zk = zk.clone();
+        async move { (children(&zk, "/gone").await.len() == 2).then_some(()) }
+    })
+    .await
+    .unwrap();
+    // Every node and the election path itself are deleted by hand.
+    for name in children(&zk, "/gone").await {
+        zk.delete(&format!("/gone/{name}"), None).await.unwrap();
+    }
+    zk.delete("/gone", None).await.unwrap();
+    let leadership = tokio::time::timeout(Duration::from_secs(5), campaign)
+        .await
+        .expect("b stuck")
+        .unwrap()
+        .unwrap();
+    assert!(leadership.is_valid());
+    assert!(a.renew(&lease).await.is_err_and(|e| e.is_lease_lost()));
+    assert_eq!(children(&zk, "/gone").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_deletes_only_our_node_and_lets_the_next_lead_at_once() {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let lease = hold(&a, "handover", "a").await;
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.acquire(&candidacy("handover", "b"), AcquireMode::Wait)
+                .await
+                .map(|g| (Instant::now(), g))
+        })
+    };
+    let zk = plain(&cluster).await;
+    wait_for("b waits", Duration::from_secs(5), || {
+        let zk = zk.clone();
+        async move { (children(&zk, "/handover").await.len() == 2).then_some(()) }
+    })
+    .await
+    .unwrap();
+    let released = Instant::now();
+    a.release(&lease).await.unwrap();
+    let (led, granted) = waiting.await.unwrap().unwrap();
+    assert!(granted.granted().is_some());
+    assert!(
+        led - released < Duration::from_millis(200),
+        "{:?}",
+        led - released
+    );
+    assert_eq!(
+        children(&zk, "/handover").await.len(),
+        1,
+        "release deleted b's node"
+    );
+    // A second release is harmless and deletes nothing else.
+    a.release(&lease).await.unwrap();
+    assert_eq!(children(&zk, "/handover").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_wait_leaves_no_node_behind() {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let lease = hold(&a, "dropped", "a").await;
+    let wants = candidacy("dropped", "b");
+    let attempt = b.acquire(&wants, AcquireMode::Wait);
+    assert!(tokio::time::timeout(Duration::from_millis(300), attempt)
+        .await
+        .is_err());
+    let zk = plain(&cluster).await;
+    wait_for("b's node withdrawn", Duration::from_secs(2), || {
+        let zk = zk.clone();
+        async move { (children(&zk, "/dropped").await.len() == 1).then_some(()) }
+    })
+    .await
+    .unwrap();
+    a.release(&lease).await.unwrap();
+}
