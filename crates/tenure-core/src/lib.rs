@@ -14,7 +14,8 @@ mod types;
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
 pub use elector::{
-    heartbeat_runtime, Elector, ElectorBuilder, Leadership, LossReason, RenewOn, Term, DEFAULT_TTL,
+    heartbeat_runtime, on_heartbeat_runtime, Elector, ElectorBuilder, Leadership, LossReason,
+    RenewOn, Term, DEFAULT_TTL,
 };
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 
-pub use runtime::{heartbeat_runtime, RenewOn};
+pub use runtime::{heartbeat_runtime, on_heartbeat_runtime, RenewOn};
 pub use term::{Leadership, LossReason, Term};
 use term::{Status, TermShared};
 
