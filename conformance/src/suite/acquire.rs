@@ -6,7 +6,7 @@ use tenure_core::{AcquireMode, LeaderEvent};
 
 use super::candidate::Holder;
 use super::context::Context;
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -16,7 +16,7 @@ pub async fn acquire_uncontended(factory: Arc<dyn BackendFactory>) -> CaseReport
     let meta = Meta {
         name: "acquire_uncontended",
         contract: "2, 3, 5",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let client = cx.client().await?;
@@ -56,7 +56,7 @@ pub async fn acquire_when_held_reports_holder(factory: Arc<dyn BackendFactory>) 
     let meta = Meta {
         name: "acquire_when_held_reports_holder",
         contract: "2",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -104,7 +104,7 @@ pub async fn dropped_waiting_acquire_leaves_no_queue_entry(
     let meta = Meta {
         name: "dropped_waiting_acquire_leaves_no_queue_entry",
         contract: "4",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);

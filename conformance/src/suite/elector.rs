@@ -9,7 +9,7 @@ use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Holder, Leader, Standby};
 use super::context::{Context, Failure};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
 use crate::factory::{BackendFactory, LinkFault};
 use crate::report::{CaseReport, Property};
@@ -24,7 +24,7 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
     let meta = Meta {
         name: "resign_hands_over_at_once",
         contract: "3, 8",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -62,7 +62,7 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
     let meta = Meta {
         name: "crashed_leader_taken_over_after_ttl",
         contract: "6, 9",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -113,7 +113,7 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
     let meta = Meta {
         name: "partitioned_leader_steps_down_before_anyone_else_leads",
         contract: "5, 6, 8",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);

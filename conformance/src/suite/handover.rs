@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::candidate::{elector, Leader, Standby};
 use super::context::Step;
 use super::faults::millis;
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
@@ -24,7 +24,7 @@ pub async fn handover_p50_over_repeated_resignations(
     let meta = Meta {
         name: "handover_p50_over_repeated_resignations",
         contract: "3, 8",
-        alone: false,
+        quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);

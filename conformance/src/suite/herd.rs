@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::candidate::Holder;
 use super::context::{Failure, Step};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
@@ -26,7 +26,7 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
     let meta = Meta {
         name: "herd_writes_per_leadership_change",
         contract: "3",
-        alone: true,
+        quiet: Quiet::Backend,
     };
     run_case(factory, meta, |cx| async move {
         let Some(first) = cx.factory().server_writes().await else {

@@ -10,7 +10,7 @@ use tenure_core::{
 };
 
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
@@ -105,7 +105,7 @@ fn meta(name: &'static str) -> Meta {
     Meta {
         name,
         contract: "1",
-        alone: true,
+        quiet: Quiet::Backend,
     }
 }
 

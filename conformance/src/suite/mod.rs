@@ -54,7 +54,7 @@ pub use release::{
 };
 pub use renew::{expiry_after_ttl_not_before, renew_after_expiry_is_lease_lost, renew_extends};
 pub use restart::cluster_restart_tokens_keep_increasing;
-pub use runner::{run_all, run_case, run_one, Meta};
+pub use runner::{run_all, run_case, run_one, Meta, Quiet};
 pub use safety::{FencedStore, SafetyRecorder, TermId, TermRecord, Write};
 pub use servers::servers_paused_longer_than_ttl_leader_steps_down;
 pub use tokens::tokens_strictly_increase;

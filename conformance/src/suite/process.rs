@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::candidate::{elector, Standby};
 use super::context::{Cx, Failure, Step};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::safety::{TermId, Write};
 use crate::factory::BackendFactory;
 use crate::process::clock::from_ns;
@@ -81,7 +81,7 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
     let meta = Meta {
         name: "paused_candidate_loses_and_its_write_is_refused",
         contract: "6, 9",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let key = cx.new_key();
@@ -147,7 +147,7 @@ pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
     let meta = Meta {
         name: "killed_candidate_taken_over_within_ttl_plus_1s",
         contract: "6, 9",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let key = cx.new_key();

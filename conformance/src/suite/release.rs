@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::candidate::Holder;
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::watcher::{elected, vacant, Watcher};
 use crate::factory::{BackendFactory, Client, LinkFault};
 use crate::report::{CaseReport, Property};
@@ -50,7 +50,7 @@ pub async fn release_lets_waiting_standby_lead_at_once(
     let meta = Meta {
         name: "release_lets_waiting_standby_lead_at_once",
         contract: "3, 8",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -83,7 +83,7 @@ pub async fn release_after_cancelled_renew_frees_at_once(
     let meta = Meta {
         name: "release_after_cancelled_renew_frees_at_once",
         contract: "8",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -121,7 +121,7 @@ pub async fn stale_release_leaves_new_holder_in_place(
     let meta = Meta {
         name: "stale_release_leaves_new_holder_in_place",
         contract: "8",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);

@@ -7,7 +7,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::candidate::Holder;
 use super::context::Cx;
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::watcher::{elected, vacant, Watcher};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -38,7 +38,7 @@ pub async fn renew_extends(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "renew_extends",
         contract: "5, 7",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -74,7 +74,7 @@ pub async fn renew_after_expiry_is_lease_lost(factory: Arc<dyn BackendFactory>) 
     let meta = Meta {
         name: "renew_after_expiry_is_lease_lost",
         contract: "7",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -114,7 +114,7 @@ pub async fn expiry_after_ttl_not_before(factory: Arc<dyn BackendFactory>) -> Ca
     let meta = Meta {
         name: "expiry_after_ttl_not_before",
         contract: "6",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::candidate::Holder;
 use super::context::Failure;
 use super::faults::{applied, millis};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -27,7 +27,7 @@ pub async fn cluster_restart_tokens_keep_increasing(
     let meta = Meta {
         name: "cluster_restart_tokens_keep_increasing",
         contract: "9",
-        alone: true,
+        quiet: Quiet::Backend,
     };
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {

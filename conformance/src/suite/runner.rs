@@ -1,5 +1,5 @@
 //! Running cases: the context, the safety checks every case ends with,
-//! the report, and the lock that keeps counting cases alone on a server.
+//! the report, and the locks that keep counting and timing cases quiet.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,9 +20,28 @@ pub struct Meta {
     pub name: &'static str,
     /// The contract point(s) it checks.
     pub contract: &'static str,
-    /// Whether it counts server writes or faults the servers themselves,
-    /// so no other case of the same backend may run in this process meanwhile.
-    pub alone: bool,
+    /// What else may run in this process meanwhile.
+    pub quiet: Quiet,
+}
+
+/// What else may run while a case runs (cases of one test binary run in parallel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quiet {
+    /// Anything: the case checks behaviour, not counts or latencies.
+    Shared,
+    /// No other case of the same backend: the case counts server writes or
+    /// faults the servers themselves.
+    Backend,
+    /// No other case at all, of any backend: the case times latencies that
+    /// are reported as figures, and on a machine with two cores a fault case
+    /// of another cluster running alongside would be measured too.
+    Machine,
+}
+
+/// The lock every case takes first: shared, exclusively by [`Quiet::Machine`] cases.
+fn machine_lock() -> &'static RwLock<()> {
+    static LOCK: OnceLock<RwLock<()>> = OnceLock::new();
+    LOCK.get_or_init(RwLock::default)
 }
 
 /// One lock per backend name: counting cases take it exclusively, others shared.
@@ -42,11 +61,16 @@ where
     F: FnOnce(Cx) -> Fut,
     Fut: Future<Output = Step>,
 {
+    // Always the machine lock first, then the backend's: no lock cycle.
+    let (_machine_shared, _machine_alone) = match meta.quiet {
+        Quiet::Machine => (None, Some(machine_lock().write().await)),
+        _ => (Some(machine_lock().read().await), None),
+    };
     let lock = quiet_lock(factory.name());
-    let (_shared, _alone) = if meta.alone {
-        (None, Some(lock.write().await))
-    } else {
-        (Some(lock.read().await), None)
+    let (_shared, _alone) = match meta.quiet {
+        Quiet::Backend => (None, Some(lock.write_owned().await)),
+        Quiet::Shared => (Some(lock.read_owned().await), None),
+        Quiet::Machine => (None, None),
     };
     let started = std::time::Instant::now();
     let backend = factory.name().to_owned();

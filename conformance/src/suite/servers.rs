@@ -7,7 +7,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Failure};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -22,7 +22,7 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
     let meta = Meta {
         name: "servers_paused_longer_than_ttl_leader_steps_down",
         contract: "5, 6",
-        alone: true,
+        quiet: Quiet::Backend,
     };
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::candidate::Holder;
 use super::context::{Failure, Step};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
@@ -14,7 +14,7 @@ pub async fn tokens_strictly_increase(factory: Arc<dyn BackendFactory>) -> CaseR
     let meta = Meta {
         name: "tokens_strictly_increase",
         contract: "9",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);

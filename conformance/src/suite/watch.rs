@@ -7,7 +7,7 @@ use tenure_core::{LeaderEvent, LeaderInfo};
 
 use super::candidate::Holder;
 use super::context::{Cx, Step};
-use super::runner::{run_case, Meta};
+use super::runner::{run_case, Meta, Quiet};
 use super::watcher::{show, Watcher};
 use crate::factory::{BackendFactory, Client};
 use crate::report::{CaseReport, Property};
@@ -58,7 +58,7 @@ pub async fn watch_starts_with_current_state(factory: Arc<dyn BackendFactory>) -
     let meta = Meta {
         name: "watch_starts_with_current_state",
         contract: "10",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -80,7 +80,7 @@ pub async fn watch_reports_changes_in_order_and_vacancy(
     let meta = Meta {
         name: "watch_reports_changes_in_order_and_vacancy",
         contract: "10",
-        alone: false,
+        quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cw) = (cx.client().await?, cx.client().await?, cx.client().await?);
