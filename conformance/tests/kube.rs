@@ -1,22 +1,56 @@
 //! The conformance suite on the Kubernetes Lease backend, against the Lease
 //! API test server over a 1-node and a 3-node etcd; each client reaches the
-//! test server through its own fault proxy. Reports:
-//! `target/conformance/kube-1node.md` and `target/conformance/kube-3node.md`.
+//! test server through its own fault proxy, and candidate processes through
+//! one of their own. Reports: `target/conformance/kube-1node.md` and
+//! `target/conformance/kube-3node.md`.
+//!
+//! With `TENURE_KUBECONFIG` set (a kubeconfig for a real cluster; the
+//! namespace is `TENURE_KUBE_NAMESPACE`, default `default`) the suite runs
+//! once against that cluster instead (`target/conformance/kube-cluster.md`):
+//! every key is new to the run, clients still get fault proxies (TLS passes
+//! through them: the client checks the API server's name, not the proxy's),
+//! and the cases that fault the servers or count their writes skip.
 
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::{kube_config_for, LeaseServer};
-use tenure_conformance::{BackendFactory, Client, ClusterServers, ProxyLink, ServerFaults};
+use tenure_conformance::lease_server::{kube_config_for, kube_url, KubeconfigFile, LeaseServer};
+use tenure_conformance::{
+    BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink, ServerFaults,
+};
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
-use tenure_kube::{KubeLeaseBackend, KubeOptions};
+use tenure_kube::{kube, KubeLeaseBackend, KubeOptions};
+
+/// The variable naming a real cluster's kubeconfig.
+const KUBECONFIG_VAR: &str = "TENURE_KUBECONFIG";
+/// The variable naming the namespace on it.
+const NAMESPACE_VAR: &str = "TENURE_KUBE_NAMESPACE";
+
+/// What the suite runs against.
+enum Deployment {
+    /// The Lease API test server over a harness etcd cluster.
+    TestServer {
+        _cluster: Arc<Cluster>,
+        servers: ClusterServers,
+        server: LeaseServer,
+        /// The kubeconfig candidate processes use: it reaches the server
+        /// through `_candidate_link`.
+        candidate_kubeconfig: KubeconfigFile,
+        _candidate_link: Arc<ProxyLink>,
+    },
+    /// A real cluster from `TENURE_KUBECONFIG`.
+    Real {
+        config: Box<kube::Config>,
+        kubeconfig: PathBuf,
+    },
+}
 
 struct KubeFactory {
     name: &'static str,
-    _cluster: Arc<Cluster>,
-    servers: ClusterServers,
-    server: LeaseServer,
+    deployment: Deployment,
     /// A client without a proxy, for looking at the server.
     inspector: KubeLeaseBackend,
     proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
@@ -29,8 +63,38 @@ fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
     }
 }
 
+/// The real cluster's kubeconfig, if `TENURE_KUBECONFIG` names one.
+fn real_cluster() -> Option<PathBuf> {
+    std::env::var_os(KUBECONFIG_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The test-server suite on `nodes` etcd nodes, or `None` (after saying so)
+/// when `TENURE_KUBECONFIG` sends the suite to a real cluster, where it runs
+/// once, under `single`.
+fn on_test_server_only(
+    nodes: usize,
+    name: &'static str,
+) -> Option<impl Future<Output = Arc<dyn BackendFactory>>> {
+    if real_cluster().is_some() {
+        println!("{name}: not run: {KUBECONFIG_VAR} is set, the suite runs on that cluster (kube-cluster)");
+        return None;
+    }
+    Some(KubeFactory::start(nodes, name))
+}
+
 impl KubeFactory {
+    /// The suite's deployment: the real cluster if `TENURE_KUBECONFIG` is
+    /// set, else the test server over `nodes` etcd nodes.
     async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+        match real_cluster() {
+            Some(path) => Self::real(path, "kube-cluster").await,
+            None => Self::test_server(nodes, name).await,
+        }
+    }
+
+    async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
         let cluster = Cluster::start(Topology::Etcd { nodes })
             .await
             .expect("etcd cluster");
@@ -41,16 +105,83 @@ impl KubeFactory {
         let inspector = KubeLeaseBackend::from_config(config, KubeOptions::default())
             .await
             .expect("inspector client");
+        let (candidate_link, addr) = ProxyLink::start(server.addr())
+            .await
+            .expect("candidates' proxy");
+        let candidate_kubeconfig = KubeconfigFile::write(addr).expect("candidates' kubeconfig");
         let cluster = Arc::new(cluster);
         Arc::new(KubeFactory {
             name,
-            servers: ClusterServers::new(cluster.clone()),
-            _cluster: cluster,
-            server,
+            deployment: Deployment::TestServer {
+                servers: ClusterServers::new(cluster.clone()),
+                _cluster: cluster,
+                server,
+                candidate_kubeconfig,
+                _candidate_link: candidate_link,
+            },
             inspector,
             proxies: Default::default(),
         })
     }
+
+    async fn real(kubeconfig: PathBuf, name: &'static str) -> Arc<dyn BackendFactory> {
+        let kubeconfig = std::fs::canonicalize(&kubeconfig)
+            .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
+        let namespace = std::env::var(NAMESPACE_VAR)
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let url = kube_url(&kubeconfig, &namespace);
+        let inspector = KubeLeaseBackend::connect_url(&url)
+            .await
+            .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
+        let file = kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig");
+        let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .expect("the kubeconfig's current context");
+        config.default_namespace = namespace;
+        Arc::new(KubeFactory {
+            name,
+            deployment: Deployment::Real {
+                config: Box::new(config),
+                kubeconfig,
+            },
+            inspector,
+            proxies: Default::default(),
+        })
+    }
+}
+
+/// `config` reaching its API server through a new fault proxy, or `None`
+/// where the kubeconfig already goes through an HTTP proxy. TLS passes
+/// through the TCP proxy untouched: the client is told the API server's
+/// name to check its certificate against.
+async fn through_proxy(config: &kube::Config) -> Result<Option<(kube::Config, Arc<ProxyLink>)>> {
+    if config.proxy_url.is_some() {
+        return Ok(None);
+    }
+    let url = &config.cluster_url;
+    let https = url.scheme_str() == Some("https");
+    let invalid = |why: &str| Error::invalid("cluster_url", format!("{url}: {why}"));
+    let host = url.host().ok_or_else(|| invalid("no host"))?;
+    let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let bare_host = host.trim_start_matches('[').trim_end_matches(']');
+    let upstream = tokio::net::lookup_host((bare_host, port))
+        .await
+        .map_err(harness)?
+        .next()
+        .ok_or_else(|| invalid("the host resolves to no address"))?;
+    let (link, addr) = ProxyLink::start(upstream).await?;
+    let mut proxied = config.clone();
+    let path = url.path_and_query().map_or("", |p| p.as_str());
+    let scheme = url.scheme_str().unwrap_or("https");
+    proxied.cluster_url = format!("{scheme}://{addr}{path}")
+        .parse()
+        .map_err(|_| invalid("cannot point it at the proxy"))?;
+    if https && proxied.tls_server_name.is_none() {
+        proxied.tls_server_name = Some(bare_host.to_owned());
+    }
+    Ok(Some((proxied, link)))
 }
 
 #[async_trait]
@@ -64,18 +195,33 @@ impl BackendFactory for KubeFactory {
     }
 
     async fn client(&self) -> Result<Client> {
-        let (link, addr) = ProxyLink::start(self.server.addr()).await?;
-        let config = kube_config_for(addr).await.map_err(harness)?;
+        let (config, link) = match &self.deployment {
+            Deployment::TestServer { server, .. } => {
+                let (link, addr) = ProxyLink::start(server.addr()).await?;
+                let config = kube_config_for(addr).await.map_err(harness)?;
+                (config, Some(link))
+            }
+            Deployment::Real { config, .. } => match through_proxy(config).await? {
+                Some((config, link)) => (config, Some(link)),
+                None => (config.as_ref().clone(), None),
+            },
+        };
         let backend = KubeLeaseBackend::from_config(config, KubeOptions::default()).await?;
-        self.proxies.lock().unwrap().push(link.clone());
+        if let Some(link) = &link {
+            self.proxies.lock().unwrap().push(link.clone());
+        }
         Ok(Client {
             backend: Arc::new(backend),
-            link: Some(link),
+            link: link.map(|l| l as Arc<dyn tenure_conformance::Link>),
         })
     }
 
     async fn server_writes(&self) -> Option<Result<u64>> {
-        Some(Ok(self.server.writes()))
+        match &self.deployment {
+            Deployment::TestServer { server, .. } => Some(Ok(server.writes())),
+            // Other clients of a real cluster write too: no count to trust.
+            Deployment::Real { .. } => None,
+        }
     }
 
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
@@ -90,7 +236,25 @@ impl BackendFactory for KubeFactory {
     }
 
     fn servers(&self) -> Option<&dyn ServerFaults> {
-        Some(&self.servers)
+        match &self.deployment {
+            Deployment::TestServer { servers, .. } => Some(servers),
+            // A real cluster's API servers and etcd are not ours to pause or kill.
+            Deployment::Real { .. } => None,
+        }
+    }
+
+    fn candidate(&self) -> Option<CandidateCommand> {
+        let url = match &self.deployment {
+            Deployment::TestServer {
+                candidate_kubeconfig,
+                ..
+            } => candidate_kubeconfig.url(),
+            Deployment::Real { kubeconfig, .. } => kube_url(kubeconfig, self.inspector.namespace()),
+        };
+        Some(CandidateCommand {
+            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
+            url,
+        })
     }
 }
 
@@ -99,5 +263,10 @@ mod single {
 }
 
 mod three {
-    tenure_conformance::conformance_tests!(async super::KubeFactory::start(3, "kube-3node"));
+    tenure_conformance::conformance_tests!(async {
+        let Some(start) = super::on_test_server_only(3, "kube-3node") else {
+            return;
+        };
+        start
+    });
 }

@@ -14,6 +14,7 @@
 //! drops every connection at once, as a killed apiserver does.
 
 mod api;
+mod kubeconfig;
 mod status;
 mod store;
 mod watch;
@@ -26,6 +27,8 @@ use std::time::Duration;
 use tenure_kube::kube;
 
 use crate::harness::HarnessError;
+
+pub use kubeconfig::{kube_config_for, kube_url, kubeconfig_yaml, KubeconfigFile};
 
 /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
@@ -120,40 +123,12 @@ impl LeaseServer {
     pub async fn kube_config(&self) -> Result<kube::Config, HarnessError> {
         kube_config_for(self.addr).await
     }
-}
 
-/// A kubeconfig whose current context reaches a Lease server (or a proxy in
-/// front of one) at `addr`, namespace `default`, no credentials.
-pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: tenure-lease-server
-  cluster:
-    server: http://{addr}
-contexts:
-- name: tenure-lease-server
-  context:
-    cluster: tenure-lease-server
-    user: tenure
-    namespace: default
-current-context: tenure-lease-server
-users:
-- name: tenure
-  user: {{}}
-"
-    )
-}
-
-/// A `kube::Config` from [`kubeconfig_yaml`]`(addr)`.
-pub async fn kube_config_for(addr: SocketAddr) -> Result<kube::Config, HarnessError> {
-    let invalid = HarnessError::Protocol;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml(addr))
-        .map_err(|e| invalid(e.to_string()))?;
-    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| invalid(e.to_string()))
+    /// [`kubeconfig`](Self::kubeconfig) written to a temporary file, for a
+    /// candidate process (`kube:///<path>`); removed when dropped.
+    pub fn kubeconfig_file(&self) -> Result<KubeconfigFile, HarnessError> {
+        KubeconfigFile::write(self.addr)
+    }
 }
 
 async fn run(

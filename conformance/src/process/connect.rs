@@ -13,7 +13,8 @@ use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 /// Makes a backend client from a URL.
 pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
 
-/// The schemes this crate knows: `memory:`, `etcd://` and `zk://`.
+/// The schemes this crate knows: `memory:`, `etcd://`, `zk://` and `kube://`
+/// (see each backend's `connect_url`).
 pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>> {
     Box::pin(async move {
         match url.split(':').next() {
@@ -22,6 +23,10 @@ pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>
                 as Arc<dyn LeaseBackend>),
             Some("zk") => Ok(
                 Arc::new(tenure_zookeeper::ZooKeeperBackend::connect_url(&url).await?)
+                    as Arc<dyn LeaseBackend>,
+            ),
+            Some("kube") => Ok(
+                Arc::new(tenure_kube::KubeLeaseBackend::connect_url(&url).await?)
                     as Arc<dyn LeaseBackend>,
             ),
             _ => Err(Error::invalid(

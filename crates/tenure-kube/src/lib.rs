@@ -5,6 +5,7 @@ mod error;
 mod observe;
 mod record;
 mod thread;
+mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +111,23 @@ impl KubeLeaseBackend {
         Self::from_config(config, options).await
     }
 
+    /// A client from a URL: `kube://` (the default kubeconfig, else the
+    /// in-cluster service account) or `kube:///path/to/kubeconfig` (an
+    /// absolute path), each optionally with `?namespace=ns&context=name`
+    /// (percent-encoded where needed). A malformed URL, or a kubeconfig file
+    /// that cannot be read or has no such context, is
+    /// [`Error::InvalidArgument`] naming `url`; nothing is sent meanwhile.
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        let target = url::parse(url)?;
+        let config = url::config(url, target).await?;
+        Self::from_config(config, KubeOptions::default()).await
+    }
+
+    /// The namespace its Leases live in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The Lease API of this backend's namespace.
     pub fn api(&self) -> &Api<KubeLease> {
         &self.api
@@ -196,7 +214,8 @@ impl KubeLeaseBackend {
     /// Writes `change(last)` against the last resourceVersion we know; on a
     /// conflict, re-reads and retries while the Lease is still ours (same
     /// holder, same transitions), so a renewal cancelled midway cannot make a
-    /// release fail (kubernetes#131867). `Ok(false)`: the Lease is no longer ours.
+    /// release fail (kubernetes#131867). `Ok(None)`: the Lease is no longer
+    /// ours (another holder or term, deleted, or released by us already).
     async fn write_ours(
         &self,
         lease: &Lease,
@@ -207,6 +226,10 @@ impl KubeLeaseBackend {
         let name = lease.key().as_str();
         let after = self.timeout(lease.ttl());
         let mut last = held.last.lock().await;
+        if Record::of(&last).holder != lease.holder().as_str() {
+            // Released already: nothing of ours is left to write.
+            return Ok(None);
+        }
         for _ in 0..3 {
             let sent_at = Instant::now();
             let next = change(&last);

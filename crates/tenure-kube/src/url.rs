@@ -1,0 +1,196 @@
+//! `kube://` URLs: which kubeconfig, context and namespace a backend uses.
+//!
+//! - `kube://` : the default kubeconfig (`KUBECONFIG`, `~/.kube/config`), else
+//!   the in-cluster service account;
+//! - `kube:///path/to/kubeconfig` : that file (an absolute path);
+//! - either with `?namespace=ns&context=name` (percent-encoded where needed).
+
+use std::path::PathBuf;
+
+use tenure_core::{Error, Result};
+
+/// What a `kube://` URL asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The kubeconfig file; `None`: infer (default kubeconfig or in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context; `None`: its current context.
+    pub context: Option<String>,
+    /// The Leases' namespace; `None`: the context's (or the service account's).
+    pub namespace: Option<String>,
+}
+
+fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
+    Error::invalid("url", format!("{url:?}: {why}"))
+}
+
+/// `%XX` sequences decoded; anything else as it is.
+fn decode(url: &str, text: &str) -> Result<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| invalid(url, format!("bad percent-escape in {text:?}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| invalid(url, format!("{text:?} is not UTF-8 once decoded")))
+}
+
+/// Whether `name` is a DNS-1123 label (a namespace name).
+fn is_dns1123_label(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| alnum(c) || c == '-')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+}
+
+/// Parses a `kube://` URL; every problem is `InvalidArgument` naming `url`.
+pub(crate) fn parse(url: &str) -> Result<Target> {
+    let rest = url
+        .strip_prefix("kube://")
+        .ok_or_else(|| invalid(url, "does not start with kube://"))?;
+    if rest.contains('#') {
+        return Err(invalid(url, "a kube URL has no fragment"));
+    }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if !host.is_empty() {
+        return Err(invalid(
+            url,
+            format!("names the host {host:?}; a kube URL names a kubeconfig file (kube:///path/to/kubeconfig) or nothing (kube://)"),
+        ));
+    }
+    let mut target = Target::default();
+    match path {
+        "" => {}
+        "/" => {
+            return Err(invalid(
+                url,
+                "the kubeconfig path is empty (write kube:// to use the default kubeconfig)",
+            ))
+        }
+        path => target.kubeconfig = Some(PathBuf::from(decode(url, path)?)),
+    }
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| invalid(url, format!("parameter {pair:?} has no value")))?;
+        let value = decode(url, value)?;
+        let slot = match name {
+            "namespace" => {
+                if !is_dns1123_label(&value) {
+                    return Err(invalid(
+                        url,
+                        format!("namespace {value:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)"),
+                    ));
+                }
+                &mut target.namespace
+            }
+            "context" if !value.is_empty() => &mut target.context,
+            "context" => return Err(invalid(url, "context is empty")),
+            _ => {
+                return Err(invalid(
+                    url,
+                    format!("unknown parameter {name:?} (known: namespace, context)"),
+                ))
+            }
+        };
+        if slot.replace(value).is_some() {
+            return Err(invalid(url, format!("parameter {name:?} is given twice")));
+        }
+    }
+    Ok(target)
+}
+
+/// The client configuration a [`Target`] names.
+pub(crate) async fn config(url: &str, target: Target) -> Result<kube::Config> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions {
+        context: target.context.clone(),
+        ..Default::default()
+    };
+    let mut config = match (&target.kubeconfig, &target.context) {
+        (Some(path), _) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| invalid(url, format!("cannot read the kubeconfig: {e}")))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| invalid(url, format!("unusable kubeconfig: {e}")))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| invalid(url, format!("the default kubeconfig: {e}")))?,
+        (None, None) => kube::Config::infer().await.map_err(|e| Error::Backend {
+            backend: crate::error::BACKEND,
+            source: Box::new(e),
+        })?,
+    };
+    if let Some(namespace) = target.namespace {
+        config.default_namespace = namespace;
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(result: Result<Target>) -> Option<&'static str> {
+        match result {
+            Err(Error::InvalidArgument { field, .. }) => Some(field),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn empty_url_infers_everything() {
+        assert_eq!(parse("kube://").unwrap(), Target::default());
+    }
+
+    #[test]
+    fn path_namespace_and_context_are_read_and_decoded() {
+        let t =
+            parse("kube:///tmp/my%20dir/config.yaml?namespace=team-a&context=kind%2Dx").unwrap();
+        assert_eq!(t.kubeconfig, Some(PathBuf::from("/tmp/my dir/config.yaml")));
+        assert_eq!(t.namespace.as_deref(), Some("team-a"));
+        assert_eq!(t.context.as_deref(), Some("kind-x"));
+        let t = parse("kube://?namespace=ops").unwrap();
+        assert_eq!((t.kubeconfig, t.namespace.as_deref()), (None, Some("ops")));
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_argument_naming_url() {
+        for bad in [
+            "etcd://127.0.0.1:2379",
+            "kube:",
+            "kube://apiserver:6443",
+            "kube://apiserver/path",
+            "kube:///",
+            "kube:///k?namespace=Team_A",
+            "kube:///k?namespace=",
+            "kube:///k?namespace=a&namespace=b",
+            "kube:///k?context=",
+            "kube:///k?colour=blue",
+            "kube:///k?namespace",
+            "kube:///k%zz",
+            "kube:///k#frag",
+        ] {
+            assert_eq!(field(parse(bad)), Some("url"), "{bad}");
+        }
+    }
+}

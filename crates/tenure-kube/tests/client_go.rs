@@ -1,0 +1,198 @@
+//! tenure and client-go's LeaseLock share one Lease: each respects the
+//! other's holder, renewals and releases, field for field. The Go side is
+//! `common::GoCandidate`, raw Lease API calls doing what client-go does.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{candidacy, env, hold, spec, GoCandidate, TTL};
+use tenure_core::{AcquireMode, Acquisition, FencingToken, LeaseBackend};
+use tokio::time::{sleep, timeout, Instant};
+
+const DURATION_SECS: i32 = TTL.as_secs() as i32;
+
+/// Starts a waiting acquire; yields its outcome and when it came.
+fn wait_for_grant(
+    backend: &std::sync::Arc<tenure_kube::KubeLeaseBackend>,
+    key: &str,
+    who: &str,
+) -> tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)> {
+    let (backend, wants) = (backend.clone(), candidacy(key, who));
+    tokio::spawn(async move {
+        let outcome = backend.acquire(&wants, AcquireMode::Wait).await;
+        (outcome, Instant::now())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it_stops() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
+    go.create_held(4).await;
+    let tenure = env.backend().await;
+
+    match tenure
+        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Held(info) => {
+            assert_eq!(info.identity.as_str(), "go-replica");
+            assert_eq!(info.token, Some(FencingToken::new(4)));
+        }
+        Acquisition::Granted(_) => panic!("took a Lease its Go holder had just written"),
+    }
+
+    // The Go holder renews every 300 ms for twice its lease duration.
+    let waiting = wait_for_grant(&tenure, "billing", "rust-replica");
+    let renewing_until = Instant::now() + TTL * 2;
+    let (mut last_sent, mut last_done) = (Instant::now(), Instant::now());
+    while Instant::now() < renewing_until {
+        sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "tenure took the Lease while its Go holder renewed it"
+        );
+        last_sent = Instant::now();
+        assert!(
+            go.renew().await,
+            "the Go holder lost its Lease while renewing"
+        );
+        last_done = Instant::now();
+    }
+
+    // It stops renewing: tenure takes over once it has seen the record
+    // unchanged for leaseDurationSeconds, by its own clock.
+    let (outcome, granted_at) = timeout(TTL + Duration::from_secs(3), waiting)
+        .await
+        .expect("tenure never took the abandoned Lease")
+        .unwrap();
+    let lease = outcome.unwrap().granted().expect("granted");
+    let after_last_renewal = granted_at - last_sent;
+    println!("taken over {after_last_renewal:?} after the Go holder's last renewal was sent");
+    assert!(
+        granted_at >= last_sent + TTL,
+        "taken {after_last_renewal:?} after the last renewal, before leaseDurationSeconds"
+    );
+    assert!(
+        granted_at <= last_done + TTL + Duration::from_secs(1),
+        "taken only {:?} after the last renewal's answer",
+        granted_at - last_done
+    );
+    assert_eq!(lease.token(), Some(FencingToken::new(5)));
+    let taken = spec(&raw, "billing").await;
+    assert_eq!(taken.holder_identity.as_deref(), Some("rust-replica"));
+    assert_eq!(taken.lease_transitions, Some(5));
+    assert_eq!(taken.lease_duration_seconds, Some(DURATION_SECS));
+
+    // Back from its pause, the Go replica sees a fresh holder and stays out.
+    assert!(!go.try_acquire_or_renew().await);
+    assert!(!go.is_leader());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_go_release_hands_over_at_once() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
+    go.create_held(4).await;
+    let tenure = env.backend().await;
+    let waiting = wait_for_grant(&tenure, "billing", "rust-replica");
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "tenure took a held Lease");
+
+    let released = Instant::now();
+    go.release().await;
+    let (outcome, granted_at) = timeout(TTL, waiting)
+        .await
+        .expect("tenure did not take the released Lease")
+        .unwrap();
+    let lease = outcome.unwrap().granted().expect("granted");
+    let handover = granted_at - released;
+    println!("hand-over after a client-go release: {handover:?}");
+    // The released record says 1 s: waiting that out would take longer.
+    assert!(
+        handover < Duration::from_millis(500),
+        "hand-over took {handover:?}: the empty holder was not taken as a release"
+    );
+    assert_eq!(lease.token(), Some(FencingToken::new(5)));
+    assert_eq!(
+        spec(&raw, "billing").await.holder_identity.as_deref(),
+        Some("rust-replica")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_until_released() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let tenure = env.backend().await;
+    let mut lease = hold(&tenure, "billing", "rust-replica").await;
+    let token = lease.token().expect("a token").get() as i32;
+
+    let first = spec(&raw, "billing").await;
+    assert_eq!(first.holder_identity.as_deref(), Some("rust-replica"));
+    assert_eq!(first.lease_duration_seconds, Some(DURATION_SECS));
+    assert!(first.acquire_time.is_some(), "no acquireTime: {first:?}");
+    assert!(first.renew_time.is_some(), "no renewTime: {first:?}");
+    assert_eq!(first.lease_transitions, Some(token));
+
+    // A Go candidate tries every 200 ms for twice the lease duration while
+    // tenure renews every TTL/3: it never gets in.
+    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
+    let mut last = first;
+    let mut renewals = 0;
+    let (until, mut renewed_at) = (Instant::now() + TTL * 2, Instant::now());
+    while Instant::now() < until {
+        assert!(
+            !go.try_acquire_or_renew().await,
+            "the Go candidate took a Lease tenure was renewing"
+        );
+        sleep(Duration::from_millis(200)).await;
+        if renewed_at.elapsed() >= TTL / 3 {
+            renewed_at = Instant::now();
+            lease = tenure.renew(&lease).await.expect("renew");
+            renewals += 1;
+            let now = spec(&raw, "billing").await;
+            let (was, is) = (last.renew_time.clone(), now.renew_time.clone());
+            assert!(
+                is.as_ref().map(|t| t.0) > was.as_ref().map(|t| t.0),
+                "renewTime did not advance: {was:?} then {is:?}"
+            );
+            assert_eq!(now.holder_identity, last.holder_identity);
+            assert_eq!(now.acquire_time, last.acquire_time);
+            assert_eq!(now.lease_duration_seconds, Some(DURATION_SECS));
+            assert_eq!(now.lease_transitions, Some(token));
+            last = now;
+        }
+    }
+    assert!(renewals >= 4, "only {renewals} renewals");
+
+    // Released, the record is what client-go's release writes ...
+    tenure.release(&lease).await.expect("release");
+    let released = spec(&raw, "billing").await;
+    assert_eq!(released.holder_identity.as_deref(), Some(""));
+    assert_eq!(released.lease_duration_seconds, Some(1));
+    assert_eq!(released.lease_transitions, Some(token));
+    // ... and the Go candidate takes it with its next PUT.
+    assert!(
+        go.try_acquire_or_renew().await,
+        "the Go candidate could not take the released Lease"
+    );
+    let taken = spec(&raw, "billing").await;
+    assert_eq!(taken.holder_identity.as_deref(), Some("go-replica"));
+    assert_eq!(taken.lease_transitions, Some(token + 1));
+    match tenure
+        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Held(info) => {
+            assert_eq!(info.identity.as_str(), "go-replica");
+            assert_eq!(info.token, Some(FencingToken::new(token as u64 + 1)));
+        }
+        Acquisition::Granted(_) => panic!("tenure took the Go candidate's fresh Lease"),
+    }
+}

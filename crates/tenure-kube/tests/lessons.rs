@@ -1,0 +1,229 @@
+//! The lessons Kubernetes leader election paid for, each as a test against
+//! the Lease API test server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{candidacy, env, go_lease, hold, spec, TTL};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::chrono::{TimeDelta, Utc};
+use kube::api::PostParams;
+use tenure_conformance::harness::wait_for;
+use tenure_conformance::{Link, LinkFault};
+use tenure_core::{AcquireMode, Acquisition, FencingToken, LeaseBackend};
+use tokio::time::{timeout, Instant};
+
+/// kubernetes#131867: a renewal whose request reached the server but whose
+/// answer never came back leaves our resourceVersion stale; the release
+/// after it must still free the Lease, not fail on the 409 and leave it held
+/// until it expires.
+#[tokio::test(flavor = "multi_thread")]
+async fn release_after_a_renewal_whose_answer_was_lost_frees_the_lease_at_once() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let (a, link) = env.proxied_backend().await;
+    let b = env.backend().await;
+    let lease = hold(&a, "race", "a").await;
+    let before = raw.get("race").await.unwrap().metadata.resource_version;
+
+    // 1 s each way: the renewal lands after 1 s, its answer would arrive after 2 s.
+    link.set(LinkFault::Delay(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let renewal = tokio::spawn({
+        let (a, lease) = (a.clone(), lease.clone());
+        async move { a.renew(&lease).await }
+    });
+    wait_for("the renewal to land", Duration::from_secs(5), || {
+        let (raw, before) = (raw.clone(), before.clone());
+        async move {
+            let now = raw.get("race").await.ok()?.metadata.resource_version;
+            (now != before).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    renewal.abort();
+    let cancelled = renewal.await;
+    assert!(
+        cancelled.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the renewal's answer arrived before it was cancelled: {cancelled:?}"
+    );
+    link.set(LinkFault::Pass).await.unwrap();
+
+    let released = Instant::now();
+    a.release(&lease).await.expect("release");
+    let took = released.elapsed();
+    let after = spec(&raw, "race").await;
+    assert_eq!(
+        after.holder_identity.as_deref(),
+        Some(""),
+        "the release left the Lease held: {after:?}"
+    );
+    assert_eq!(after.lease_duration_seconds, Some(1));
+    assert!(took < TTL, "the release took {took:?}");
+    let taken = b
+        .acquire(&candidacy("race", "b"), AcquireMode::Once)
+        .await
+        .unwrap();
+    assert!(
+        taken.granted().is_some(),
+        "another candidate could not take the released Lease at once"
+    );
+}
+
+/// kubernetes#131867 again, in process: renewals and releases of one lease
+/// started together, in either order, always leave the Lease free for the
+/// next candidate at once; a renewal that ran after the release says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn release_racing_a_renewal_always_leaves_the_lease_free() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let (a, b) = (env.backend().await, env.backend().await);
+    for round in 0..12u64 {
+        let lease = hold(&a, "race", "a").await;
+        let renewal = tokio::spawn({
+            let (a, lease) = (a.clone(), lease.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(round % 3)).await;
+                a.renew(&lease).await
+            }
+        });
+        let release = tokio::spawn({
+            let (a, lease) = (a.clone(), lease.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(round % 4)).await;
+                a.release(&lease).await
+            }
+        });
+        let (renewed, released) = (renewal.await.unwrap(), release.await.unwrap());
+        released.expect("release");
+        if let Err(e) = renewed {
+            assert!(e.is_lease_lost(), "round {round}: renewal failed: {e}");
+        }
+        let after = spec(&raw, "race").await;
+        assert_eq!(
+            after.holder_identity.as_deref(),
+            Some(""),
+            "round {round}: left held: {after:?}"
+        );
+        let lease_b = b
+            .acquire(&candidacy("race", "b"), AcquireMode::Once)
+            .await
+            .unwrap()
+            .granted()
+            .unwrap_or_else(|| panic!("round {round}: b could not take the released Lease"));
+        b.release(&lease_b).await.unwrap();
+    }
+}
+
+/// After a release, the lease is gone: renewing it is `LeaseLost` and
+/// writes nothing (it must not "renew" the released record); a second
+/// release is a no-op.
+#[tokio::test(flavor = "multi_thread")]
+async fn renew_after_release_is_lease_lost_and_writes_nothing() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let a = env.backend().await;
+    let lease = hold(&a, "done", "a").await;
+    a.release(&lease).await.unwrap();
+    let released = raw.get("done").await.unwrap();
+    let writes = env.server.writes();
+    let err = a.renew(&lease).await.expect_err("renewed a released lease");
+    assert!(err.is_lease_lost(), "{err}");
+    a.release(&lease).await.expect("a second release");
+    assert_eq!(env.server.writes(), writes, "wrote after the release");
+    assert_eq!(raw.get("done").await.unwrap(), released);
+}
+
+/// kube-leader-election: taking a free Lease without resourceVersion lets two
+/// candidates both win. Every write is a compare-and-swap: of two candidates
+/// racing for a free (missing or released) Lease, exactly one is granted and
+/// the other is told who holds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_candidates_racing_for_a_free_lease_never_both_win() {
+    let env = env().await;
+    let (a, b) = (env.backend().await, env.backend().await);
+    let mut tokens = Vec::new();
+    for round in 0..10 {
+        let (wants_a, wants_b) = (candidacy("contested", "a"), candidacy("contested", "b"));
+        let (ra, rb) = tokio::join!(
+            a.acquire(&wants_a, AcquireMode::Once),
+            b.acquire(&wants_b, AcquireMode::Once)
+        );
+        let (winner, lease, loser) = match (ra.unwrap(), rb.unwrap()) {
+            (Acquisition::Granted(l), Acquisition::Held(h)) => (&a, l, h),
+            (Acquisition::Held(h), Acquisition::Granted(l)) => (&b, l, h),
+            (ra, rb) => panic!(
+                "round {round}: a granted {}, b granted {}",
+                ra.granted().is_some(),
+                rb.granted().is_some()
+            ),
+        };
+        assert_eq!(&loser.identity, lease.holder(), "round {round}");
+        assert_eq!(loser.token, lease.token(), "round {round}");
+        tokens.push(lease.token().unwrap().get());
+        winner.release(&lease).await.unwrap();
+    }
+    assert_eq!(tokens, (0..10).collect::<Vec<_>>());
+}
+
+/// client-go#448: expiry is judged by how long this process has seen the
+/// record unchanged, never by renewTime against local wall time. A holder
+/// whose clock is an hour behind is not taken at once; one whose clock is an
+/// hour ahead does not keep the Lease for an hour.
+#[tokio::test(flavor = "multi_thread")]
+async fn renew_time_from_a_skewed_clock_neither_frees_nor_pins_a_lease() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let duration_secs = TTL.as_secs() as i32;
+    for (name, skew) in [("behind", -3600), ("ahead", 3600)] {
+        let mut lease = go_lease(name, &format!("clock-{name}"), duration_secs, 2);
+        let spec = lease.spec.as_mut().unwrap();
+        let skewed = MicroTime(Utc::now() + TimeDelta::seconds(skew));
+        spec.renew_time = Some(skewed.clone());
+        spec.acquire_time = Some(skewed);
+        raw.create(&PostParams::default(), &lease).await.unwrap();
+    }
+    let tenure = env.backend().await;
+    let first_look = Instant::now();
+    for name in ["behind", "ahead"] {
+        match tenure
+            .acquire(&candidacy(name, "rust"), AcquireMode::Once)
+            .await
+            .unwrap()
+        {
+            Acquisition::Held(info) => assert_eq!(info.identity.as_str(), format!("clock-{name}")),
+            Acquisition::Granted(_) => panic!("{name}: took a Lease it had never seen unchanged"),
+        }
+    }
+    let waits: Vec<_> = ["behind", "ahead"]
+        .into_iter()
+        .map(|name| {
+            let (tenure, wants) = (tenure.clone(), candidacy(name, "rust"));
+            tokio::spawn(async move {
+                let outcome = tenure.acquire(&wants, AcquireMode::Wait).await;
+                (name, outcome, Instant::now())
+            })
+        })
+        .collect();
+    for wait in waits {
+        let (name, outcome, at) = timeout(TTL + Duration::from_secs(3), wait)
+            .await
+            .expect("never taken")
+            .unwrap();
+        let lease = outcome.unwrap().granted().expect("granted");
+        let after = at - first_look;
+        println!("{name}: taken {after:?} after the first look");
+        assert!(
+            after >= TTL,
+            "{name}: taken after {after:?}, before leaseDurationSeconds"
+        );
+        assert!(
+            after <= TTL + Duration::from_secs(1),
+            "{name}: taken only after {after:?}"
+        );
+        assert_eq!(lease.token(), Some(FencingToken::new(3)));
+    }
+}
