@@ -158,8 +158,14 @@ impl KubeLeaseBackend {
         let me = candidacy.identity().as_str();
         let after = self.timeout(candidacy.ttl());
         let pp = PostParams::default();
+        // The Lease as the last watch event showed it, if that is all we need.
+        let mut delivered: Option<Option<KubeLease>> = None;
         loop {
-            let Some(observed) = self.get(name, after).await? else {
+            let observed = match delivered.take() {
+                Some(observed) => observed,
+                None => self.get(name, after).await?,
+            };
+            let Some(observed) = observed else {
                 let sent_at = Instant::now();
                 let lease = record::new_lease(name, me, candidacy.ttl());
                 match bounded("create lease", after, self.api.create(&pp, &lease)).await? {
@@ -191,7 +197,11 @@ impl KubeLeaseBackend {
             if mode == AcquireMode::Once {
                 return Ok(Acquisition::Held(holder));
             }
-            observe::changed(&self.api, name, &rec.resource_version, Some(expires)).await;
+            if let observe::Change::Seen(now) =
+                observe::changed(&self.api, name, &rec.resource_version, Some(expires)).await
+            {
+                delivered = Some(now);
+            }
         }
     }
 
