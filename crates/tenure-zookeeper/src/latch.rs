@@ -7,7 +7,7 @@
 //! node just before its own (herd-free).
 
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
-use zookeeper_client::{Client, Error as ZkError, Stat};
+use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
 
 use crate::error::{bounded, map, unavailable};
 use crate::Settings;
@@ -194,8 +194,24 @@ async fn find(
     }
 }
 
-/// Where our node stands, read after a `sync` so that a follower cut off from
-/// the quorum cannot answer from a stale view.
+/// How recent a look at the election must be to grant on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// Just after our create was answered, with no `sync`: the create does
+    /// what the sync would. It reached our server after it was sent, and the
+    /// quorum leader accepted it, so our session had not ended by then; our
+    /// server's view holds everything up to the create (so every node ahead
+    /// of ours). A grant on this look counts its lease from the create's send
+    /// time, which is no later than any of that.
+    AfterCreate,
+    /// After a `sync`, sent just before the read, so that a follower cut off
+    /// from the quorum (or a session that expired while we waited) cannot
+    /// show us a stale view. A grant on this look counts from the sync's send
+    /// time.
+    Synced,
+}
+
+/// Where our node stands.
 pub(crate) struct Position {
     /// Our node exists, is the one we created, and its ephemeralOwner is the
     /// client's current session (CURATOR-696).
@@ -204,32 +220,67 @@ pub(crate) struct Position {
     pub children: Vec<String>,
 }
 
+/// Reads the election's children and our node in one multi-read (one
+/// request, one consistent snapshot), after a `sync` where `freshness` asks.
+///
+/// Why "lowest" needs no `sync` of its own: every node with a lower sequence
+/// than ours was created before ours, and any view that answers after our
+/// create holds those creates; a lower node missing from it was deleted,
+/// and a deleted sequence never comes back. A stale view can only show more
+/// nodes ahead of us, never fewer. What a stale view could hide is the end of
+/// our own session, hence the `sync` (or the create, see [`Freshness`]).
 pub(crate) async fn position(
     client: &Client,
     election: &str,
     node: &OurNode,
+    freshness: Freshness,
     settings: &Settings,
 ) -> Result<Position> {
-    let (synced, listed, stat) = bounded("sync and read", settings.request_timeout, async {
-        // Sent in this order at creation; the reads follow the sync.
-        let sync = client.sync(election);
-        let list = client.list_children(election);
-        let stat = client.check_stat(&node.path);
-        Ok::<_, ZkError>(futures::join!(sync, list, stat))
+    let mut reader = client.new_multi_reader();
+    reader.add_get_children(election).map_err(map)?;
+    reader.add_get_data(&node.path).map_err(map)?;
+    let (synced, read) = bounded("sync and read", settings.request_timeout, async {
+        // Both are sent here, in this order: the read follows the sync.
+        let sync = (freshness == Freshness::Synced).then(|| client.sync(election));
+        let read = reader.commit();
+        let synced = match sync {
+            Some(sync) => sync.await,
+            None => Ok(()),
+        };
+        let read = read.await;
+        Ok::<_, ZkError>((synced, read))
     })
     .await?
     .map_err(map)?;
     synced.map_err(map)?;
-    let children = match listed {
-        Ok(children) => sorted(children),
-        Err(ZkError::NoNode) => Vec::new(),
-        Err(e) => return Err(map(e)),
+    let mut read = read.map_err(map)?.into_iter();
+    let children = match read.next() {
+        Some(MultiReadResult::Children { children }) => sorted(children),
+        Some(MultiReadResult::Error {
+            err: ZkError::NoNode,
+        }) => Vec::new(),
+        Some(MultiReadResult::Error { err }) => return Err(map(err)),
+        other => return Err(unexpected(other)),
     };
-    let ours = match stat.map_err(map)? {
-        Some(stat) => stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0,
-        None => false,
+    let ours = match read.next() {
+        Some(MultiReadResult::Data { stat, .. }) => {
+            stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0
+        }
+        Some(MultiReadResult::Error {
+            err: ZkError::NoNode,
+        }) => false,
+        Some(MultiReadResult::Error { err }) => return Err(map(err)),
+        other => return Err(unexpected(other)),
     };
     Ok(Position { ours, children })
+}
+
+/// A multi-read answer that does not match its request.
+fn unexpected(result: Option<MultiReadResult>) -> tenure_core::Error {
+    tenure_core::Error::Backend {
+        backend: crate::error::BACKEND,
+        source: format!("unexpected multi-read result {result:?}").into(),
+    }
 }
 
 /// Whether our node is still ours (same czxid, owned by the client's current
