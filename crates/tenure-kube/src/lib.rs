@@ -200,7 +200,7 @@ impl KubeLeaseBackend {
             if let observe::Change::Seen(now) =
                 observe::changed(&self.api, name, &rec.resource_version, Some(expires)).await
             {
-                delivered = Some(now);
+                delivered = Some(now.map(|lease| *lease));
             }
         }
     }

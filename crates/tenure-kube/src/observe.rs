@@ -36,7 +36,7 @@ pub(crate) enum Change {
     /// The Lease as the watch delivered it (`None`: deleted). It is the
     /// state at the event's resourceVersion; a write based on it is still a
     /// compare-and-swap, so a later change only makes that write conflict.
-    Seen(Option<Lease>),
+    Seen(Option<Box<Lease>>),
     /// The deadline passed, or the watch failed (410 Gone included): re-read.
     Unknown,
 }
@@ -64,7 +64,7 @@ pub(crate) async fn changed(
             match event {
                 Ok(WatchEvent::Bookmark(_)) => continue,
                 Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
-                    return Change::Seen(Some(lease))
+                    return Change::Seen(Some(Box::new(lease)))
                 }
                 Ok(WatchEvent::Deleted(_)) => return Change::Seen(None),
                 Ok(WatchEvent::Error(_)) | Err(_) => {

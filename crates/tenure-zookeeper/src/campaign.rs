@@ -3,8 +3,10 @@
 //!
 //! Round trips per step (each a single request unless said otherwise):
 //! - create (a write through the quorum leader);
-//! - the first look: one multi-read of the children and our node, no `sync`
-//!   (the create stands in for it, see [`Freshness::AfterCreate`]);
+//! - the first look: one multi-read of the children and our node, without a
+//!   `sync` (enough to find our place, not to claim: see [`latch::position`]);
+//!   if our node is the lowest, a look after a `sync` follows before the
+//!   claim;
 //! - arming: exists-and-watch on the predecessor, and once, on our own node
 //!   (two requests sent together);
 //! - after the predecessor goes: one `sync`, when it was the only node ahead
@@ -22,7 +24,7 @@ use zookeeper_client::{Client, EventType, WatchedEvent};
 
 use crate::error::{bounded, map, unavailable};
 use crate::held::Held;
-use crate::latch::{self, Freshness, OurNode};
+use crate::latch::{self, OurNode};
 use crate::Settings;
 
 /// Campaigns once on `client`'s session: granted, held by another (`Once`),
@@ -52,7 +54,6 @@ pub(crate) async fn acquire(
         prefix.clone(),
         settings.clone(),
     );
-    let created_at = Instant::now();
     let node = latch::create(&client, &election, &prefix, identity, &settings).await?;
     guard.created(&node.path);
     if node.owner != client.session_id().0 {
@@ -75,15 +76,13 @@ pub(crate) async fn acquire(
             LeaseHandle::new(Arc::new(held)),
         ))
     };
-    let mut freshness = Freshness::AfterCreate;
+    // The first look, right after the create, finds our place; every later
+    // one follows a `sync`, and only such a look may claim.
+    let mut synced = false;
     let mut own_watch: Option<OwnWatch<'_>> = None;
     loop {
-        let sent_at = match freshness {
-            Freshness::AfterCreate => created_at,
-            Freshness::Synced => Instant::now(),
-        };
-        let position = latch::position(&client, &election, &node, freshness, &settings).await?;
-        freshness = Freshness::Synced;
+        let sent_at = Instant::now();
+        let position = latch::position(&client, &election, &node, synced, &settings).await?;
         // CURATOR-696: never claim leadership on a node that vanished or
         // belongs to an ended session; the caller re-enters with a new node.
         let index = position
@@ -95,8 +94,13 @@ pub(crate) async fn acquire(
                 unavailable("our candidate node vanished or its session ended while waiting")
             })?;
         if index == 0 {
-            return Ok(grant(guard, sent_at));
+            if synced {
+                return Ok(grant(guard, sent_at));
+            }
+            synced = true;
+            continue; // lowest already: look again after a sync, then claim
         }
+        synced = true;
         if mode == AcquireMode::Once {
             let ahead = &position.children[..index];
             if let Some(info) = latch::leader(&client, &election, ahead, &settings).await? {

@@ -194,23 +194,6 @@ async fn find(
     }
 }
 
-/// How recent a look at the election must be to grant on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Freshness {
-    /// Just after our create was answered, with no `sync`: the create does
-    /// what the sync would. It reached our server after it was sent, and the
-    /// quorum leader accepted it, so our session had not ended by then; our
-    /// server's view holds everything up to the create (so every node ahead
-    /// of ours). A grant on this look counts its lease from the create's send
-    /// time, which is no later than any of that.
-    AfterCreate,
-    /// After a `sync`, sent just before the read, so that a follower cut off
-    /// from the quorum (or a session that expired while we waited) cannot
-    /// show us a stale view. A grant on this look counts from the sync's send
-    /// time.
-    Synced,
-}
-
 /// Where our node stands.
 pub(crate) struct Position {
     /// Our node exists, is the one we created, and its ephemeralOwner is the
@@ -221,19 +204,22 @@ pub(crate) struct Position {
 }
 
 /// Reads the election's children and our node in one multi-read (one
-/// request, one consistent snapshot), after a `sync` where `freshness` asks.
+/// request, one consistent snapshot), after a `sync` sent just before it when
+/// `sync` is set.
 ///
-/// Why "lowest" needs no `sync` of its own: every node with a lower sequence
-/// than ours was created before ours, and any view that answers after our
-/// create holds those creates; a lower node missing from it was deleted,
-/// and a deleted sequence never comes back. A stale view can only show more
-/// nodes ahead of us, never fewer. What a stale view could hide is the end of
-/// our own session, hence the `sync` (or the create, see [`Freshness`]).
+/// A look without `sync`, right after our create, is enough to find our
+/// place: every node with a lower sequence than ours was created before ours,
+/// and any view that answers after our create holds those creates; a lower
+/// node missing from it was deleted, and a deleted sequence never comes back.
+/// A stale view can only show more nodes ahead of us, never fewer. What a
+/// stale view could hide is the end of our own node or session, so a claim
+/// needs a look after a `sync` (a follower cut off from the quorum cannot
+/// answer it), counted from the sync's send time.
 pub(crate) async fn position(
     client: &Client,
     election: &str,
     node: &OurNode,
-    freshness: Freshness,
+    sync: bool,
     settings: &Settings,
 ) -> Result<Position> {
     let mut reader = client.new_multi_reader();
@@ -241,7 +227,7 @@ pub(crate) async fn position(
     reader.add_get_data(&node.path).map_err(map)?;
     let (synced, read) = bounded("sync and read", settings.request_timeout, async {
         // Both are sent here, in this order: the read follows the sync.
-        let sync = (freshness == Freshness::Synced).then(|| client.sync(election));
+        let sync = sync.then(|| client.sync(election));
         let read = reader.commit();
         let synced = match sync {
             Some(sync) => sync.await,
