@@ -7,7 +7,7 @@
 //! node just before its own (herd-free).
 
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
-use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
+use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::error::{bounded, map, unavailable};
 use crate::Settings;
@@ -194,7 +194,8 @@ async fn find(
     }
 }
 
-/// Where our node stands.
+/// Where our node stands, read after a `sync` so that a follower cut off from
+/// the quorum cannot answer from a stale view.
 pub(crate) struct Position {
     /// Our node exists, is the one we created, and its ephemeralOwner is the
     /// client's current session (CURATOR-696).
@@ -203,70 +204,32 @@ pub(crate) struct Position {
     pub children: Vec<String>,
 }
 
-/// Reads the election's children and our node in one multi-read (one
-/// request, one consistent snapshot), after a `sync` sent just before it when
-/// `sync` is set.
-///
-/// A look without `sync`, right after our create, is enough to find our
-/// place: every node with a lower sequence than ours was created before ours,
-/// and any view that answers after our create holds those creates; a lower
-/// node missing from it was deleted, and a deleted sequence never comes back.
-/// A stale view can only show more nodes ahead of us, never fewer. What a
-/// stale view could hide is the end of our own node or session, so a claim
-/// needs a look after a `sync` (a follower cut off from the quorum cannot
-/// answer it), counted from the sync's send time.
 pub(crate) async fn position(
     client: &Client,
     election: &str,
     node: &OurNode,
-    sync: bool,
     settings: &Settings,
 ) -> Result<Position> {
-    let mut reader = client.new_multi_reader();
-    reader.add_get_children(election).map_err(map)?;
-    reader.add_get_data(&node.path).map_err(map)?;
-    let (synced, read) = bounded("sync and read", settings.request_timeout, async {
-        // Both are sent here, in this order: the read follows the sync.
-        let sync = sync.then(|| client.sync(election));
-        let read = reader.commit();
-        let synced = match sync {
-            Some(sync) => sync.await,
-            None => Ok(()),
-        };
-        let read = read.await;
-        Ok::<_, ZkError>((synced, read))
+    let (synced, listed, stat) = bounded("sync and read", settings.request_timeout, async {
+        // Sent in this order at creation; the reads follow the sync.
+        let sync = client.sync(election);
+        let list = client.list_children(election);
+        let stat = client.check_stat(&node.path);
+        Ok::<_, ZkError>(futures::join!(sync, list, stat))
     })
     .await?
     .map_err(map)?;
     synced.map_err(map)?;
-    let mut read = read.map_err(map)?.into_iter();
-    let children = match read.next() {
-        Some(MultiReadResult::Children { children }) => sorted(children),
-        Some(MultiReadResult::Error {
-            err: ZkError::NoNode,
-        }) => Vec::new(),
-        Some(MultiReadResult::Error { err }) => return Err(map(err)),
-        other => return Err(unexpected(other)),
+    let children = match listed {
+        Ok(children) => sorted(children),
+        Err(ZkError::NoNode) => Vec::new(),
+        Err(e) => return Err(map(e)),
     };
-    let ours = match read.next() {
-        Some(MultiReadResult::Data { stat, .. }) => {
-            stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0
-        }
-        Some(MultiReadResult::Error {
-            err: ZkError::NoNode,
-        }) => false,
-        Some(MultiReadResult::Error { err }) => return Err(map(err)),
-        other => return Err(unexpected(other)),
+    let ours = match stat.map_err(map)? {
+        Some(stat) => stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0,
+        None => false,
     };
     Ok(Position { ours, children })
-}
-
-/// A multi-read answer that does not match its request.
-fn unexpected(result: Option<MultiReadResult>) -> tenure_core::Error {
-    tenure_core::Error::Backend {
-        backend: crate::error::BACKEND,
-        source: format!("unexpected multi-read result {result:?}").into(),
-    }
 }
 
 /// Whether our node is still ours (same czxid, owned by the client's current
