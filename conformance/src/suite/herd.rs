@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::candidate::Holder;
-use super::context::{Failure, Step};
+use super::context::{Context, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -35,6 +35,12 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
         first.map_err(|e| Failure::Fail(format!("reading the write counter: {e}")))?;
         let key = cx.new_key();
         let mut current = Holder::acquire(&cx, &cx.client().await?, &key, "holder").await?;
+        // Setting a hundred candidates up can outlast the TTL: the holder
+        // renews meanwhile, as a live leader does (else its lease lapses, the
+        // first waiter is granted, its lease lapses unrenewed too, and the
+        // line shortens by one a TTL).
+        let renew_every = cx.ttl() / 3;
+        let mut renewed = Instant::now();
         let (tx, mut grants) = mpsc::unbounded_channel::<Step<Holder>>();
         let mut tasks = Vec::with_capacity(HERD);
         for i in 0..HERD {
@@ -43,8 +49,25 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
             tasks.push(tokio::spawn(async move {
                 let _ = tx.send(Holder::acquire_waiting(&cx, &client, &key, &format!("w{i}")).await);
             }));
+            if renewed.elapsed() >= renew_every {
+                renewed = Instant::now();
+                current.renew().await.ctx("the holder renewing while the herd queues")?;
+            }
         }
-        if let Err(failure) = cx.until_waiting(&key, HERD).await {
+        let queued = {
+            let queued = cx.until_waiting(&key, HERD);
+            tokio::pin!(queued);
+            loop {
+                tokio::select! {
+                    queued = &mut queued => break queued,
+                    () = tokio::time::sleep_until(renewed + renew_every) => {
+                        renewed = Instant::now();
+                        current.renew().await.ctx("the holder renewing while the herd queues")?;
+                    }
+                }
+            }
+        };
+        if let Err(failure) = queued {
             // Say why candidates are missing, if their acquire ended in an error.
             let mut errors = Vec::new();
             while let Ok(Err(e)) = grants.try_recv() {
