@@ -9,6 +9,12 @@ pub(crate) const BACKEND: &str = "zookeeper";
 
 /// Whether the error is transient: the connection dropped, the server was
 /// slow or throttled, or the session ended (a new session may succeed).
+///
+/// `Custom` is what a request in flight gets when its connection fails
+/// under it: an I/O error, or no answer within the connection timeout
+/// ("no response from connection in ..ms", e.g. a paused server); the client
+/// then reconnects. (Its other uses, TLS and SASL setup, are features this
+/// crate does not enable.)
 pub(crate) fn is_transient(error: &ZkError) -> bool {
     matches!(
         error,
@@ -19,6 +25,7 @@ pub(crate) fn is_transient(error: &ZkError) -> bool {
             | ZkError::SessionMoved
             | ZkError::SessionExpired
             | ZkError::ClientClosed
+            | ZkError::Custom(_)
     )
 }
 

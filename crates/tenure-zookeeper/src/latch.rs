@@ -7,7 +7,7 @@
 //! node just before its own (herd-free).
 
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
-use zookeeper_client::{Client, Error as ZkError, Stat};
+use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
 
 use crate::error::{bounded, map, unavailable};
 use crate::Settings;
@@ -154,6 +154,7 @@ pub(crate) async fn create(
             Ok(Err(e)) if !matches!(e, ZkError::ConnectionLoss) => return Err(map(e)),
             // The answer was lost (connection loss or our own deadline): did it land?
             other => {
+                tracing::debug!(result = ?other, "a create's answer was lost; looking for our node");
                 if let Some(found) = find(client, election, prefix, settings).await? {
                     return Ok(found);
                 }
@@ -194,8 +195,7 @@ async fn find(
     }
 }
 
-/// Where our node stands, read after a `sync` so that a follower cut off from
-/// the quorum cannot answer from a stale view.
+/// Where our node stands.
 pub(crate) struct Position {
     /// Our node exists, is the one we created, and its ephemeralOwner is the
     /// client's current session (CURATOR-696).
@@ -204,32 +204,56 @@ pub(crate) struct Position {
     pub children: Vec<String>,
 }
 
+/// Reads the election's children and our node in one multi-read (one
+/// request, one consistent snapshot) after a `sync` sent just before it, so
+/// that a follower cut off from the quorum cannot answer from a stale view;
+/// a claim on this look counts from the sync's send time.
 pub(crate) async fn position(
     client: &Client,
     election: &str,
     node: &OurNode,
     settings: &Settings,
 ) -> Result<Position> {
-    let (synced, listed, stat) = bounded("sync and read", settings.request_timeout, async {
-        // Sent in this order at creation; the reads follow the sync.
+    let mut reader = client.new_multi_reader();
+    reader.add_get_children(election).map_err(map)?;
+    reader.add_get_data(&node.path).map_err(map)?;
+    let (synced, read) = bounded("sync and read", settings.request_timeout, async {
+        // Both are sent here, in this order: the read follows the sync.
         let sync = client.sync(election);
-        let list = client.list_children(election);
-        let stat = client.check_stat(&node.path);
-        Ok::<_, ZkError>(futures::join!(sync, list, stat))
+        let read = reader.commit();
+        Ok::<_, ZkError>(futures::join!(sync, read))
     })
     .await?
     .map_err(map)?;
     synced.map_err(map)?;
-    let children = match listed {
-        Ok(children) => sorted(children),
-        Err(ZkError::NoNode) => Vec::new(),
-        Err(e) => return Err(map(e)),
+    let mut read = read.map_err(map)?.into_iter();
+    let children = match read.next() {
+        Some(MultiReadResult::Children { children }) => sorted(children),
+        Some(MultiReadResult::Error {
+            err: ZkError::NoNode,
+        }) => Vec::new(),
+        Some(MultiReadResult::Error { err }) => return Err(map(err)),
+        other => return Err(unexpected(other)),
     };
-    let ours = match stat.map_err(map)? {
-        Some(stat) => stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0,
-        None => false,
+    let ours = match read.next() {
+        Some(MultiReadResult::Data { stat, .. }) => {
+            stat.czxid == node.czxid && stat.ephemeral_owner == client.session_id().0
+        }
+        Some(MultiReadResult::Error {
+            err: ZkError::NoNode,
+        }) => false,
+        Some(MultiReadResult::Error { err }) => return Err(map(err)),
+        other => return Err(unexpected(other)),
     };
     Ok(Position { ours, children })
+}
+
+/// A multi-read answer that does not match its request.
+fn unexpected(result: Option<MultiReadResult>) -> tenure_core::Error {
+    tenure_core::Error::Backend {
+        backend: crate::error::BACKEND,
+        source: format!("unexpected multi-read result {result:?}").into(),
+    }
 }
 
 /// Whether our node is still ours (same czxid, owned by the client's current

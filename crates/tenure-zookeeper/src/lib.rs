@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod campaign;
 mod error;
 mod held;
 mod latch;
@@ -8,23 +9,21 @@ mod session;
 mod thread;
 mod watch;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken, KeyRule,
-    LeaderEvent, Lease, LeaseBackend, LeaseHandle, Result,
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, KeyRule, LeaderEvent,
+    Lease, LeaseBackend, Result,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 pub use zookeeper_client;
-use zookeeper_client::{Client, EventType, WatchedEvent};
+use zookeeper_client::Client;
 
-use crate::error::{bounded, map, unavailable, BACKEND};
+use crate::error::BACKEND;
 use crate::held::Held;
 use crate::session::Sessions;
 
@@ -258,104 +257,6 @@ impl ZooKeeperBackend {
                 other => other,
             })
     }
-
-    async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        let client = self.sessions.client().await?;
-        let ttl = candidacy.ttl();
-        let settings = self.settings.for_ttl(ttl);
-        let election = latch::election_path(&settings.base_path, candidacy.key().as_str());
-        if mode == AcquireMode::Once {
-            // Read first: a held election costs no write.
-            if let Some(children) = latch::children(&client, &election, &settings).await? {
-                if let Some(info) = latch::leader(&client, &election, &children, &settings).await? {
-                    return Ok(Acquisition::Held(info));
-                }
-            }
-        }
-        let prefix = latch::node_prefix();
-        let identity = candidacy.identity().as_str();
-        // From here on, leaving (error, or the future dropped, even before the
-        // create's answer) deletes our node.
-        let mut guard = DeleteOnDrop::new(
-            client.clone(),
-            election.clone(),
-            prefix.clone(),
-            settings.clone(),
-        );
-        let node = latch::create(&client, &election, &prefix, identity, &settings).await?;
-        guard.created(&node.path);
-        if node.owner != client.session_id().0 {
-            return Err(unavailable("our node belongs to an earlier session"));
-        }
-        let mut own_watch: Option<Pin<Box<dyn Future<Output = WatchedEvent> + Send>>> = None;
-        loop {
-            let sent_at = Instant::now();
-            let position = latch::position(&client, &election, &node, &settings).await?;
-            // CURATOR-696: never claim leadership on a node that vanished or
-            // belongs to an ended session; the caller re-enters with a new node.
-            let index = position
-                .children
-                .iter()
-                .position(|c| *c == node.name)
-                .filter(|_| position.ours)
-                .ok_or_else(|| {
-                    unavailable("our candidate node vanished or its session ended while waiting")
-                })?;
-            if index == 0 {
-                guard.disarm();
-                let held = Held::new(client, &node, sent_at, ttl, settings);
-                let token = Some(FencingToken::new(node.czxid as u64));
-                return Ok(Acquisition::Granted(Lease::new(
-                    candidacy.clone(),
-                    token,
-                    sent_at,
-                    LeaseHandle::new(Arc::new(held)),
-                )));
-            }
-            if mode == AcquireMode::Once {
-                let ahead = &position.children[..index];
-                if let Some(info) = latch::leader(&client, &election, ahead, &settings).await? {
-                    drop(guard); // withdraws our node
-                    return Ok(Acquisition::Held(info));
-                }
-                continue;
-            }
-            // Watch our own node too, so that its deletion (by hand, or the
-            // session's end) ends the wait at once; then the predecessor only.
-            if own_watch.is_none() {
-                let (stat, watcher) = bounded(
-                    "exists and watch",
-                    settings.request_timeout,
-                    client.check_and_watch_stat(&node.path),
-                )
-                .await?
-                .map_err(map)?;
-                if stat.is_none() {
-                    continue;
-                }
-                own_watch = Some(Box::pin(watcher.changed()));
-            }
-            let pred = format!("{election}/{}", position.children[index - 1]);
-            let (stat, watcher) = bounded(
-                "exists and watch",
-                settings.request_timeout,
-                client.check_and_watch_stat(&pred),
-            )
-            .await?
-            .map_err(map)?;
-            if stat.is_none() {
-                continue;
-            }
-            let own = own_watch.as_mut().expect("armed above");
-            let event = tokio::select! {
-                event = watcher.changed() => event,
-                event = own => { own_watch = None; event }
-            };
-            if event.event_type == EventType::Session && event.session_state.is_terminated() {
-                return Err(unavailable("the ZooKeeper session ended while waiting"));
-            }
-        }
-    }
 }
 
 fn normalize_base(base: &str) -> Result<String> {
@@ -408,7 +309,13 @@ impl LeaseBackend for ZooKeeperBackend {
         let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
         let (this, candidacy) = (self.clone(), candidacy.clone());
         thread::on_heartbeat(
-            async move { this.acquire_inner(&candidacy, mode).await }.instrument(span),
+            async move {
+                let client = this.sessions.client().await?;
+                tracing::debug!(session = client.session_id().0, "campaign");
+                let settings = this.settings.for_ttl(candidacy.ttl());
+                campaign::acquire(client, &candidacy, mode, settings).await
+            }
+            .instrument(span),
         )
         .await
     }
@@ -480,57 +387,5 @@ impl LeaseBackend for ZooKeeperBackend {
         watch::watch(client, election, self.settings.clone())
             .instrument(self.span("watch", key, ""))
             .await
-    }
-}
-
-/// Deletes a candidate's node unless disarmed: by its path once known, else
-/// found by its uuid prefix (the create may have landed without its answer).
-struct DeleteOnDrop {
-    armed: Option<(Client, String, String, Settings)>,
-    path: Option<String>,
-}
-
-impl DeleteOnDrop {
-    fn new(client: Client, election: String, prefix: String, settings: Settings) -> Self {
-        DeleteOnDrop {
-            armed: Some((client, election, prefix, settings)),
-            path: None,
-        }
-    }
-    fn created(&mut self, path: &str) {
-        self.path = Some(path.to_owned());
-    }
-    fn disarm(&mut self) {
-        self.armed = None;
-    }
-}
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        let Some((client, election, prefix, settings)) = self.armed.take() else {
-            return;
-        };
-        let path = self.path.take();
-        tenure_core::heartbeat_runtime().spawn(async move {
-            let path = match path {
-                Some(path) => path,
-                // Requests on a session are answered in order: this listing
-                // sees the create if it landed.
-                None => match latch::children(&client, &election, &settings).await {
-                    Ok(Some(children)) => match children.into_iter().find(|c| c.starts_with(&prefix)) {
-                        Some(name) => format!("{election}/{name}"),
-                        None => return,
-                    },
-                    Ok(None) => return,
-                    Err(error) => {
-                        tracing::warn!(election, %error, "could not look for a withdrawn candidacy's node; it goes with the session");
-                        return;
-                    }
-                },
-            };
-            if let Err(error) = latch::delete(&client, &path, &settings).await {
-                tracing::warn!(path, %error, "could not withdraw a candidacy; it goes with the session");
-            }
-        });
     }
 }

@@ -5,9 +5,10 @@ mod common;
 use std::time::Duration;
 
 use common::{candidacy, children, connect, connect_to, plain, zookeeper, TTL};
-use tenure_conformance::harness::wait_for;
+use tenure_conformance::harness::{wait_for, Cluster};
 use tenure_conformance::proxy::{FaultProxy, Mode};
 use tenure_core::{AcquireMode, Acquisition, Elector, Error, Lease, LeaseBackend};
+use tenure_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::time::Instant;
 
@@ -258,4 +259,142 @@ async fn a_dropped_wait_leaves_no_node_behind() {
     .await
     .unwrap();
     a.release(&lease).await.unwrap();
+}
+
+/// The name and data of each child of an election node.
+async fn nodes_of(zk: &Client, election: &str) -> Vec<(String, Vec<u8>)> {
+    let mut found = Vec::new();
+    for name in children(zk, election).await {
+        let (data, _) = zk.get_data(&format!("{election}/{name}")).await.unwrap();
+        found.push((name, data));
+    }
+    found
+}
+
+/// The name of the node whose data is `identity`.
+async fn node_of(zk: &Client, election: &str, identity: &str) -> String {
+    nodes_of(zk, election)
+        .await
+        .into_iter()
+        .find(|(_, data)| data == identity.as_bytes())
+        .map(|(name, _)| name)
+        .unwrap_or_else(|| panic!("no node of {identity} under {election}"))
+}
+
+/// Waits until the server holds `n` watches (a waiting candidate holds two:
+/// its predecessor and its own node).
+async fn until_watches(cluster: &Cluster, n: u64) {
+    wait_for("the watches set", Duration::from_secs(5), || async move {
+        let stats = cluster.stats(0).await.ok()?;
+        (stats.get("zk_watch_count") >= n).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+/// etcd#11456 on ZooKeeper: a waiting candidate whose own node is deleted
+/// (by hand, here) stops waiting at once, with a retryable error, instead of
+/// waiting on its predecessor for a node that is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_candidate_whose_node_is_deleted_stops_waiting_at_once() {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let lease = hold(&a, "orphaned", "a").await;
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.acquire(&candidacy("orphaned", "b"), AcquireMode::Wait)
+                .await
+        })
+    };
+    until_watches(&cluster, 2).await;
+    let zk = plain(&cluster).await;
+    let ours = node_of(&zk, "/orphaned", "b").await;
+    zk.delete(&format!("/orphaned/{ours}"), None).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("b kept waiting after its node was deleted")
+        .unwrap();
+    match outcome {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(acquisition) => panic!("b acquired without its node: {acquisition:?}"),
+    }
+    a.renew(&lease).await.expect("a still leads");
+}
+
+/// CURATOR-696, seen from the node: a node that bears our name but belongs
+/// to another session (ours deleted and that one created in its place in the
+/// transaction that deletes the leader's, so no view ever lacks the name)
+/// never makes us leader, though it is now the lowest. Both wake-ups are
+/// covered: by the leader's deletion (then one `sync` must not be enough) and
+/// by our own node's; which comes first is up to the scheduler, so four
+/// elections go at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_of_another_session_under_our_name_never_makes_us_leader() {
+    const ELECTIONS: usize = 4;
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let mut leases = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..ELECTIONS {
+        let key = format!("impostor-{i}");
+        leases.push(hold(&a, &key, "a").await);
+        let b = b.clone();
+        waiting.push(tokio::spawn(async move {
+            b.acquire(&candidacy(&key, "b"), AcquireMode::Wait).await
+        }));
+    }
+    until_watches(&cluster, 2 * ELECTIONS as u64).await;
+    let zk = plain(&cluster).await;
+    let mut swap = zk.new_multi_writer();
+    for i in 0..ELECTIONS {
+        let election = format!("/impostor-{i}");
+        let leader = node_of(&zk, &election, "a").await;
+        let ours = node_of(&zk, &election, "b").await;
+        swap.add_delete(&format!("{election}/{leader}"), None)
+            .unwrap();
+        swap.add_delete(&format!("{election}/{ours}"), None)
+            .unwrap();
+        swap.add_create(
+            &format!("{election}/{ours}"),
+            b"b",
+            &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+        )
+        .unwrap();
+    }
+    swap.commit().await.unwrap();
+    for wait in waiting {
+        let outcome = tokio::time::timeout(Duration::from_secs(2), wait)
+            .await
+            .expect("b kept waiting after its node was replaced")
+            .unwrap();
+        match outcome {
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+            Ok(acquisition) => panic!("b acquired on another session's node: {acquisition:?}"),
+        }
+    }
+}
+
+/// A request in flight when the server falls silent fails once the client
+/// gives the connection up ("no response from connection", which the client
+/// reports as a custom error), and that failure is retryable: an Elector's
+/// campaign retries instead of ending, and a waiting candidate whose own
+/// watch was being set looks again instead of withdrawing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_cut_off_by_a_silent_server_fails_retryably() {
+    let cluster = zookeeper().await;
+    let proxy = FaultProxy::start(cluster.nodes()[0].addr()).await.unwrap();
+    let a = connect_to(&proxy.addr().to_string()).await;
+    proxy.set(Mode::Blackhole);
+    let outcome = tokio::time::timeout(
+        TTL * 3,
+        a.acquire(&candidacy("silent", "a"), AcquireMode::Wait),
+    )
+    .await
+    .expect("the request outlived the connection timeout");
+    match outcome {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(acquisition) => panic!("acquired through a silent server: {acquisition:?}"),
+    }
+    proxy.set(Mode::Pass);
 }
