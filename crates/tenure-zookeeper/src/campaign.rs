@@ -35,8 +35,9 @@ pub(crate) async fn acquire(
 ) -> Result<Acquisition> {
     let election = latch::election_path(&settings.base_path, candidacy.key().as_str());
     if mode == AcquireMode::Once {
-        // Read first: a held election costs no write.
-        if let Some(children) = latch::children(&client, &election, &settings).await? {
+        // Read first: a held election costs no write. After a sync, so that a
+        // follower behind the quorum cannot show a released leader as holding.
+        if let Some(children) = latch::children_synced(&client, &election, &settings).await? {
             if let Some(info) = latch::leader(&client, &election, &children, &settings).await? {
                 return Ok(Acquisition::Held(info));
             }

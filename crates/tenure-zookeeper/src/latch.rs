@@ -80,6 +80,31 @@ pub(crate) async fn children(
     }
 }
 
+/// The election's children as of after a `sync` sent just before the read
+/// (pipelined: one round trip through the quorum leader), `None` if the
+/// election node does not exist. Unlike a plain read on a follower, this
+/// view holds every change committed before the sync was sent, such as a
+/// release that another client saw answered.
+pub(crate) async fn children_synced(
+    client: &Client,
+    election: &str,
+    settings: &Settings,
+) -> Result<Option<Vec<String>>> {
+    let (synced, listed) = bounded("sync and list children", settings.request_timeout, async {
+        // Both are sent here, in this order: the read follows the sync.
+        let sync = client.sync(election);
+        let list = client.list_children(election);
+        Ok::<_, ZkError>(futures::join!(sync, list))
+    })
+    .await?
+    .map_err(map)?;
+    match (synced, listed) {
+        (Err(ZkError::NoNode), _) | (Ok(()), Err(ZkError::NoNode)) => Ok(None),
+        (Err(e), _) | (Ok(()), Err(e)) => Err(map(e)),
+        (Ok(()), Ok(children)) => Ok(Some(sorted(children))),
+    }
+}
+
 /// The current leader among sorted `children`: the first whose data can be read.
 pub(crate) async fn leader(
     client: &Client,
