@@ -187,11 +187,17 @@ async fn a_candidate_whose_path_vanished_re_enters_and_leads() {
     })
     .await
     .unwrap();
-    // Every node and the election path itself are deleted by hand.
+    // Every node and the election path itself are deleted by hand, in one
+    // transaction: all gone at once, as an outage leaves them. (One by one,
+    // the wait could end on the leader's deletion and claim, rightly, before
+    // its own node's turn came: a leader whose node is deleted by hand learns
+    // it at its next renewal, which is not what this test is about.)
+    let mut gone = zk.new_multi_writer();
     for name in children(&zk, "/gone").await {
-        zk.delete(&format!("/gone/{name}"), None).await.unwrap();
+        gone.add_delete(&format!("/gone/{name}"), None).unwrap();
     }
-    zk.delete("/gone", None).await.unwrap();
+    gone.add_delete("/gone", None).unwrap();
+    gone.commit().await.unwrap();
     let leadership = tokio::time::timeout(Duration::from_secs(5), campaign)
         .await
         .expect("b stuck")
