@@ -80,6 +80,30 @@ pub(crate) async fn children(
     }
 }
 
+/// Sends a `sync` on `path` and, right behind it, the read `read` makes,
+/// within the request deadline: the read then sees every change the quorum
+/// had committed when the sync was sent (a follower behind the quorum, or
+/// cut off from it, cannot answer from a stale view). Both answers.
+async fn after_sync<T, F>(
+    client: &Client,
+    path: &str,
+    operation: &'static str,
+    settings: &Settings,
+    read: impl FnOnce() -> F,
+) -> Result<(Result<(), ZkError>, Result<T, ZkError>)>
+where
+    F: std::future::Future<Output = Result<T, ZkError>>,
+{
+    bounded(operation, settings.request_timeout, async {
+        // Sent here, in this order: the read follows the sync.
+        let sync = client.sync(path);
+        let read = read();
+        Ok::<_, ZkError>(futures::join!(sync, read))
+    })
+    .await?
+    .map_err(map)
+}
+
 /// The election's children as of after a `sync` sent just before the read
 /// (pipelined: one round trip through the quorum leader), `None` if the
 /// election node does not exist. Unlike a plain read on a follower, this
@@ -90,14 +114,10 @@ pub(crate) async fn children_synced(
     election: &str,
     settings: &Settings,
 ) -> Result<Option<Vec<String>>> {
-    let (synced, listed) = bounded("sync and list children", settings.request_timeout, async {
-        // Both are sent here, in this order: the read follows the sync.
-        let sync = client.sync(election);
-        let list = client.list_children(election);
-        Ok::<_, ZkError>(futures::join!(sync, list))
+    let (synced, listed) = after_sync(client, election, "sync and list children", settings, || {
+        client.list_children(election)
     })
-    .await?
-    .map_err(map)?;
+    .await?;
     match (synced, listed) {
         (Err(ZkError::NoNode), _) | (Ok(()), Err(ZkError::NoNode)) => Ok(None),
         (Err(e), _) | (Ok(()), Err(e)) => Err(map(e)),
@@ -242,14 +262,10 @@ pub(crate) async fn position(
     let mut reader = client.new_multi_reader();
     reader.add_get_children(election).map_err(map)?;
     reader.add_get_data(&node.path).map_err(map)?;
-    let (synced, read) = bounded("sync and read", settings.request_timeout, async {
-        // Both are sent here, in this order: the read follows the sync.
-        let sync = client.sync(election);
-        let read = reader.commit();
-        Ok::<_, ZkError>(futures::join!(sync, read))
+    let (synced, read) = after_sync(client, election, "sync and read", settings, || {
+        reader.commit()
     })
-    .await?
-    .map_err(map)?;
+    .await?;
     synced.map_err(map)?;
     let mut read = read.map_err(map)?.into_iter();
     let children = match read.next() {
@@ -290,13 +306,10 @@ pub(crate) async fn still_ours(
     owner: i64,
     settings: &Settings,
 ) -> Result<bool> {
-    let (synced, stat) = bounded("sync and exists", settings.request_timeout, async {
-        let sync = client.sync(node_path);
-        let stat = client.check_stat(node_path);
-        Ok::<_, ZkError>(futures::join!(sync, stat))
+    let (synced, stat) = after_sync(client, node_path, "sync and exists", settings, || {
+        client.check_stat(node_path)
     })
-    .await?
-    .map_err(map)?;
+    .await?;
     match (synced, stat) {
         (Err(ZkError::NoNode), _) | (_, Ok(None)) => Ok(false),
         (Err(ZkError::SessionExpired), _) | (_, Err(ZkError::SessionExpired)) => Ok(false),
