@@ -19,8 +19,13 @@ use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 /// 200 ms tickTime, so 400 ms .. 20 s are allowed).
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The harness's servers' tickTime.
+const TICK_TIME: Duration = Duration::from_millis(200);
+
 fn options() -> ZooKeeperOptions {
-    ZooKeeperOptions::default().with_session_timeout(SESSION_TIMEOUT)
+    ZooKeeperOptions::default()
+        .with_session_timeout(SESSION_TIMEOUT)
+        .with_tick_time(TICK_TIME)
 }
 
 struct ZooKeeperFactory {
@@ -155,9 +160,10 @@ impl BackendFactory for ZooKeeperFactory {
         Some(CandidateCommand {
             program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
             url: format!(
-                "zk://{}?session_timeout_ms={}",
+                "zk://{}?session_timeout_ms={}&tick_time_ms={}",
                 self.cluster.endpoints().join(","),
-                SESSION_TIMEOUT.as_millis()
+                SESSION_TIMEOUT.as_millis(),
+                TICK_TIME.as_millis()
             ),
         })
     }

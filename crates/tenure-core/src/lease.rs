@@ -109,11 +109,18 @@ impl fmt::Debug for LeaseHandle {
 /// margin. The backend's own expiry cannot start before that request reached
 /// it, so the holder stops believing it leads before anyone else can be
 /// granted the key.
+///
+/// Where a backend's expiry can start earlier than that, by a bounded time
+/// (a ZooKeeper follower passes a session's activity on to the quorum leader,
+/// which expires sessions, only every half tick), the backend says by how much
+/// with [`with_expiry_lead`](Self::with_expiry_lead), and `valid_until` comes
+/// that much sooner.
 #[derive(Clone, Debug)]
 pub struct Lease {
     candidacy: Candidacy,
     token: Option<FencingToken>,
     sent_at: Instant,
+    expiry_lead: Duration,
     handle: LeaseHandle,
 }
 
@@ -129,8 +136,17 @@ impl Lease {
             candidacy,
             token,
             sent_at,
+            expiry_lead: Duration::ZERO,
             handle,
         }
+    }
+
+    /// This lease, for a backend whose own expiry may start up to `lead`
+    /// before the granting (and every renewing) request was sent: the
+    /// deadline is that much sooner. Renewals keep it. Backends call this.
+    pub fn with_expiry_lead(mut self, lead: Duration) -> Self {
+        self.expiry_lead = lead;
+        self
     }
 
     /// This lease extended by a renewal whose request was sent at `sent_at`.
@@ -140,6 +156,7 @@ impl Lease {
             candidacy: self.candidacy.clone(),
             token: self.token,
             sent_at: sent_at.max(self.sent_at),
+            expiry_lead: self.expiry_lead,
             handle,
         }
     }
@@ -168,9 +185,17 @@ impl Lease {
     pub fn sent_at(&self) -> Instant {
         self.sent_at
     }
+    /// How long before [`sent_at`](Self::sent_at) the backend's own expiry
+    /// may have started (zero on most backends).
+    pub fn expiry_lead(&self) -> Duration {
+        self.expiry_lead
+    }
     /// Until when the holder may believe it leads.
     pub fn valid_until(&self) -> Instant {
-        self.candidacy.deadline_from(self.sent_at)
+        let full = self.candidacy.deadline_from(self.sent_at);
+        full.checked_sub(self.expiry_lead)
+            .unwrap_or(self.sent_at)
+            .max(self.sent_at)
     }
     /// Whether the local deadline has not passed yet.
     pub fn is_valid(&self) -> bool {
@@ -220,5 +245,22 @@ mod tests {
         assert_eq!(older.valid_until(), lease.valid_until());
         let newer = lease.renewed(t0 + Duration::from_millis(300), LeaseHandle::new(()));
         assert_eq!(newer.valid_until(), t0 + Duration::from_millis(1270));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expiry_lead_moves_the_deadline_sooner_and_renewals_keep_it() {
+        let c = candidacy(1000, 30).unwrap();
+        let t0 = Instant::now();
+        let lease = Lease::new(c, None, t0, LeaseHandle::new(()))
+            .with_expiry_lead(Duration::from_millis(200));
+        assert_eq!(lease.sent_at(), t0);
+        assert_eq!(lease.valid_until(), t0 + Duration::from_millis(770));
+        let newer = lease.renewed(t0 + Duration::from_millis(300), LeaseHandle::new(()));
+        assert_eq!(newer.expiry_lead(), Duration::from_millis(200));
+        assert_eq!(newer.valid_until(), t0 + Duration::from_millis(1070));
+        // A lead past the whole TTL leaves a lease that is valid for no time.
+        let none = lease.clone().with_expiry_lead(Duration::from_secs(5));
+        assert_eq!(none.valid_until(), t0);
+        assert!(!none.is_valid());
     }
 }

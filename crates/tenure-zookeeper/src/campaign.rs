@@ -68,12 +68,18 @@ pub(crate) async fn acquire(
             settings.clone(),
         );
         let token = Some(FencingToken::new(node.czxid as u64));
-        Acquisition::Granted(Lease::new(
-            candidacy.clone(),
-            token,
-            sent_at,
-            LeaseHandle::new(Arc::new(held)),
-        ))
+        // The lease counts from a `sync`'s send time, less the lead by which
+        // the quorum leader's view of the session may lag (see
+        // `ZooKeeperBackend::expiry_lead`).
+        Acquisition::Granted(
+            Lease::new(
+                candidacy.clone(),
+                token,
+                sent_at,
+                LeaseHandle::new(Arc::new(held)),
+            )
+            .with_expiry_lead(settings.expiry_lead),
+        )
     };
     let mut own_watch: Option<OwnWatch<'_>> = None;
     loop {

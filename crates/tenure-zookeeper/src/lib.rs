@@ -44,6 +44,16 @@ pub struct ZooKeeperOptions {
     pub auth: Option<(String, Vec<u8>)>,
     /// Deadline of each request (never of waiting), capped at the TTL; default 5 s.
     pub request_timeout: Duration,
+    /// The servers' `tickTime`; default 2 s (ZooKeeper's sample
+    /// configuration). A follower passes its clients' activity on to the
+    /// quorum leader, which is what expires sessions, only in its answers to
+    /// the leader's pings, every half tick; so the leader may count a
+    /// session's timeout from activity older than tenure's last answered
+    /// request. Every lease's `valid_until` comes
+    /// [`ZooKeeperBackend::expiry_lead`] sooner to cover that. A `tick_time`
+    /// below the servers' is unsafe; one above it only shortens leases. The
+    /// session timeout must be at least 3 ticks.
+    pub tick_time: Duration,
 }
 
 impl Default for ZooKeeperOptions {
@@ -53,6 +63,7 @@ impl Default for ZooKeeperOptions {
             session_timeout: Duration::from_secs(10),
             auth: None,
             request_timeout: Duration::from_secs(5),
+            tick_time: Duration::from_secs(2),
         }
     }
 }
@@ -78,12 +89,28 @@ impl ZooKeeperOptions {
         self.request_timeout = timeout;
         self
     }
+    /// Sets the servers' `tickTime`.
+    pub fn with_tick_time(mut self, tick: Duration) -> Self {
+        self.tick_time = tick;
+        self
+    }
+
+    /// How long before a request was sent the quorum leader may have last
+    /// seen the session active: the client sends something at least every
+    /// sixth of the session timeout (see `Sessions::connect`), a follower
+    /// passes that on in its answer to the leader's next ping (every half
+    /// tick), and half a tick more allows for the ping's delivery.
+    fn expiry_lead(&self) -> Duration {
+        self.session_timeout / 6 + self.tick_time
+    }
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub base_path: String,
     pub request_timeout: Duration,
+    /// See [`ZooKeeperBackend::expiry_lead`].
+    pub expiry_lead: Duration,
 }
 
 impl Settings {
@@ -92,6 +119,7 @@ impl Settings {
         Settings {
             base_path: self.base_path.clone(),
             request_timeout: self.request_timeout.min(ttl),
+            expiry_lead: self.expiry_lead,
         }
     }
 }
@@ -123,9 +151,6 @@ impl ZooKeeperBackend {
     ///
     /// The session is driven by tenure's heartbeat thread, so an application
     /// runtime whose workers are all busy cannot stall its pings.
-    ///
-    /// The session is driven by tenure's heartbeat thread, so an application
-    /// runtime whose workers are all busy cannot stall its pings.
     pub async fn connect(connect_string: &str, options: ZooKeeperOptions) -> Result<Self> {
         if connect_string.trim().is_empty() {
             return Err(Error::invalid(
@@ -142,6 +167,7 @@ impl ZooKeeperBackend {
         for (field, value) in [
             ("session_timeout", options.session_timeout),
             ("request_timeout", options.request_timeout),
+            ("tick_time", options.tick_time),
         ] {
             if value.is_zero() {
                 return Err(Error::invalid(field, "must be greater than zero"));
@@ -151,6 +177,17 @@ impl ZooKeeperBackend {
             return Err(Error::invalid(
                 "session_timeout",
                 "ZooKeeper counts session timeouts in whole milliseconds",
+            ));
+        }
+        if options.session_timeout < options.tick_time * 3 {
+            return Err(Error::invalid(
+                "tick_time",
+                format!(
+                    "{:?} is more than a third of the session timeout {:?}: set tick_time to \
+                     the servers' tickTime (default 2 s), and a session timeout of at least \
+                     3 ticks",
+                    options.tick_time, options.session_timeout
+                ),
             ));
         }
         let base_path = normalize_base(&options.base_path)?;
@@ -168,11 +205,13 @@ impl ZooKeeperBackend {
             settings: Arc::new(Settings {
                 base_path,
                 request_timeout: options.request_timeout,
+                expiry_lead: options.expiry_lead(),
             }),
         })
     }
 
-    /// Connects from a URL: `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N]`.
+    /// Connects from a URL:
+    /// `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N&tick_time_ms=N]`.
     pub async fn connect_url(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("zk://")
@@ -191,6 +230,12 @@ impl ZooKeeperBackend {
                     })?;
                     options = options.with_session_timeout(Duration::from_millis(ms));
                 }
+                Some(("tick_time_ms", ms)) => {
+                    let ms: u64 = ms.parse().map_err(|_| {
+                        Error::invalid("url", format!("tick_time_ms={ms:?} is not a number"))
+                    })?;
+                    options = options.with_tick_time(Duration::from_millis(ms));
+                }
                 _ => {
                     return Err(Error::invalid(
                         "url",
@@ -206,6 +251,21 @@ impl ZooKeeperBackend {
     pub async fn client(&self) -> Result<Client> {
         let sessions = self.sessions.clone();
         thread::on_heartbeat(async move { sessions.client().await }).await
+    }
+
+    /// How much sooner than one TTL after its last answered request a lease's
+    /// `valid_until` comes ([`tenure_core::Lease::expiry_lead`]): a sixth of
+    /// the session timeout plus one tick (see [`ZooKeeperOptions::tick_time`]).
+    ///
+    /// A request through a follower touches the session there; the quorum
+    /// leader, whose tracker expires sessions, learns of it only from the
+    /// follower's answer to its next ping. A follower cut off from the leader
+    /// right after answering our renewal leaves the leader counting from
+    /// activity before it: the client's last ping or request that the
+    /// follower passed on, at most a sixth of the session timeout plus a half
+    /// tick (the ping period) plus a half tick (delivery) earlier.
+    pub fn expiry_lead(&self) -> Duration {
+        self.settings.expiry_lead
     }
 
     /// The ZooKeeper path of an election.

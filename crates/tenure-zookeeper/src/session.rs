@@ -41,6 +41,11 @@ impl Sessions {
 
     async fn connect(&self) -> Result<Client> {
         let requested = self.options.session_timeout;
+        // With a connection timeout of a third of the session timeout, the
+        // client pings after an eighth of it without sending anything,
+        // checked every 24th: the servers hear from the session at least
+        // every sixth of its timeout, which `ZooKeeperOptions::expiry_lead`
+        // counts on.
         let mut connector = Client::connector()
             .with_session_timeout(requested)
             .with_connection_timeout(requested / 3);

@@ -5,9 +5,12 @@ mod common;
 use std::time::Duration;
 
 use common::{candidacy, children, connect, connect_to, plain, zookeeper, TTL};
-use tenure_conformance::harness::{wait_for, Cluster};
+use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::proxy::{FaultProxy, Mode};
-use tenure_core::{AcquireMode, Acquisition, Elector, Error, Lease, LeaseBackend};
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, Lease,
+    LeaseBackend,
+};
 use tenure_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::time::Instant;
@@ -70,8 +73,11 @@ async fn a_ttl_other_than_the_session_timeout_is_refused_naming_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_timeout_outside_the_servers_bounds_is_refused() {
     let cluster = zookeeper().await;
-    // The harness's servers allow 400 ms .. 20 s.
-    let options = common::options().with_session_timeout(Duration::from_millis(100));
+    // The harness's servers allow 400 ms .. 20 s. (A tick_time this short
+    // gets past tenure's own check, so that the server's answer is tested.)
+    let options = common::options()
+        .with_session_timeout(Duration::from_millis(100))
+        .with_tick_time(Duration::from_millis(30));
     match ZooKeeperBackend::connect(&cluster.endpoints().join(","), options).await {
         Err(Error::InvalidArgument {
             field: "session_timeout",
@@ -79,6 +85,92 @@ async fn a_session_timeout_outside_the_servers_bounds_is_refused() {
         }) => assert!(reason.contains("minSessionTimeout"), "{reason}"),
         other => panic!("expected InvalidArgument(session_timeout), got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_tick_time_above_a_third_of_the_session_timeout_is_refused_naming_it() {
+    // Refused before any connection: nothing listens on this port.
+    let options = common::options().with_tick_time(Duration::from_millis(400));
+    match ZooKeeperBackend::connect("127.0.0.1:1", options).await {
+        Err(Error::InvalidArgument {
+            field: "tick_time",
+            reason,
+        }) => assert!(reason.contains("3 ticks"), "{reason}"),
+        other => panic!("expected InvalidArgument(tick_time), got {other:?}"),
+    }
+    let url = "zk://127.0.0.1:1?session_timeout_ms=1000&tick_time_ms=0";
+    assert!(matches!(
+        ZooKeeperBackend::connect_url(url).await,
+        Err(Error::InvalidArgument {
+            field: "tick_time",
+            ..
+        })
+    ));
+}
+
+/// A follower passes its clients' activity on to the quorum leader (whose
+/// tracker expires sessions) only in its answers to the leader's pings, every
+/// half tick. Cut off from the leader right after answering a renewal, it
+/// leaves the leader counting the session's timeout from activity before that
+/// renewal; `valid_until` must still come before anyone else leads.
+///
+/// Half a second of silence before the renewal (just under the client's own
+/// ping interval at this TTL) makes the leader's last news of the session
+/// that old unless a ping of the leader reaches the follower between the
+/// renewal and the cut. Counted from the renewal's send time alone,
+/// `valid_until` would outlive the session by up to that much.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_cut_off_right_after_a_renewal_never_lets_two_lead() {
+    let ttl = Duration::from_secs(4);
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
+        .await
+        .expect("ZooKeeper ensemble");
+    let leader = cluster
+        .await_leader(Duration::from_secs(30), |_| true)
+        .await
+        .unwrap();
+    let follower = (leader + 1) % 3;
+    let options = common::options().with_session_timeout(ttl);
+    let at = |i: usize| cluster.nodes()[i].endpoint();
+    let a = ZooKeeperBackend::connect(&at(follower), options.clone())
+        .await
+        .unwrap();
+    let b = ZooKeeperBackend::connect(&at(leader), options)
+        .await
+        .unwrap();
+    let candidacy = |who: &str| {
+        Candidacy::new(
+            ElectionKey::new("relay").unwrap(),
+            CandidateId::new(who).unwrap(),
+            ttl,
+        )
+        .unwrap()
+    };
+    let lease = match a.acquire(&candidacy("a"), AcquireMode::Once).await.unwrap() {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(h) => panic!("held by {h:?}"),
+    };
+    let lease = a.renew(&lease).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let lease = a.renew(&lease).await.unwrap();
+    cluster.partition(follower).await.unwrap();
+    let valid_until = lease.valid_until();
+    assert_eq!(
+        valid_until,
+        lease.sent_at() + ttl - lease.candidacy().drift_margin() - a.expiry_lead()
+    );
+    let acquired = tokio::time::timeout(ttl * 3, b.acquire(&candidacy("b"), AcquireMode::Wait))
+        .await
+        .expect("b waited past three TTLs")
+        .unwrap();
+    let granted_at = Instant::now();
+    assert!(acquired.granted().is_some(), "b was not granted");
+    assert!(
+        granted_at >= valid_until,
+        "b led {:?} before a's valid_until",
+        valid_until - granted_at
+    );
+    cluster.heal(follower).await.unwrap();
 }
 
 /// CURATOR-696: a node left by an earlier session must never make a

@@ -12,6 +12,9 @@ use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 /// The session timeout, and so the TTL (the harness runs a 200 ms tickTime).
 pub const TTL: Duration = Duration::from_secs(1);
 
+/// The harness's servers' tickTime.
+pub const TICK: Duration = Duration::from_millis(200);
+
 pub async fn zookeeper() -> Cluster {
     Cluster::start(Topology::ZooKeeper { nodes: 1 })
         .await
@@ -19,7 +22,9 @@ pub async fn zookeeper() -> Cluster {
 }
 
 pub fn options() -> ZooKeeperOptions {
-    ZooKeeperOptions::default().with_session_timeout(TTL)
+    ZooKeeperOptions::default()
+        .with_session_timeout(TTL)
+        .with_tick_time(TICK)
 }
 
 pub async fn connect(cluster: &Cluster) -> Arc<ZooKeeperBackend> {
