@@ -15,12 +15,22 @@ use crate::report::{CaseReport, Property};
 /// How many graceful hand-overs the case times.
 pub const HANDOVERS: usize = 40;
 
+/// How many hand-overs go first, untimed, to warm the servers up.
+///
+/// A freshly started (or restarted) JVM runs ZooKeeper's request path
+/// interpreted or barely compiled: on this harness's 3-node ensemble the
+/// first 40 hand-overs take a median of about 6 ms, the next 40 about 4.3 ms
+/// and later ones about 4 ms. A production ensemble has been running for
+/// weeks; the figure is meant to be its, not the JIT's. (etcd and the Lease
+/// server are compiled ahead of time; there the warm-up changes little.)
+pub const WARMUP: usize = 80;
+
 /// How long a standby has queued when its leader resigns.
 pub const SETTLE: Duration = Duration::from_millis(10);
 
-/// Two candidates hand the lease back and forth [`HANDOVERS`] times by
-/// resigning; each hand-over is timed from the resign call to the standby's
-/// grant. The report's hand-over figure is the median; the note has p90 and
+/// Two candidates hand the lease back and forth [`WARMUP`] times untimed,
+/// then [`HANDOVERS`] times timed, by resigning; each timed hand-over is
+/// measured from the resign call to the standby's grant. The report's hand-over figure is the median; the note has p90 and
 /// the maximum. The median must be within one round trip.
 ///
 /// Each leader resigns [`SETTLE`] after its standby queued (or one round trip,
@@ -43,7 +53,7 @@ pub async fn handover_p50_over_repeated_resignations(
         let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
         let mut leader = Leader::campaign(&cx, &electors[0], cx.ttl() + rt).await?;
         let mut samples = Vec::with_capacity(HANDOVERS);
-        for round in 0..HANDOVERS {
+        for round in 0..WARMUP + HANDOVERS {
             leader.write();
             let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
             cx.until_waiting(&key, 1).await?;
@@ -51,7 +61,9 @@ pub async fn handover_p50_over_repeated_resignations(
             let resigned = Instant::now();
             leader.resign().await?;
             let next = standby.leads(&cx, cx.ttl()).await?;
-            samples.push(cx.safety().get(next.id).start - resigned);
+            if round >= WARMUP {
+                samples.push(cx.safety().get(next.id).start - resigned);
+            }
             leader = next;
         }
         leader.resign().await?;
@@ -63,7 +75,7 @@ pub async fn handover_p50_over_repeated_resignations(
         );
         cx.figures(|f| f.handover_ms = Some(millis(p50)));
         cx.note(format!(
-            "{HANDOVERS} hand-overs: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+            "{HANDOVERS} hand-overs after {WARMUP} untimed: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
             millis(p50),
             millis(p90),
             millis(max)

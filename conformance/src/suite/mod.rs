@@ -36,7 +36,7 @@ pub use elector::{
     resign_hands_over_at_once,
 };
 pub use faults::RECOVERY;
-pub use handover::{handover_p50_over_repeated_resignations, HANDOVERS};
+pub use handover::{handover_p50_over_repeated_resignations, HANDOVERS, WARMUP};
 pub use herd::{herd_writes_per_leadership_change, HERD};
 pub use input::{
     elector_rejects_renew_interval_not_below_ttl, empty_identity_is_invalid_argument,
