@@ -201,6 +201,15 @@ pub trait BackendFactory: Send + Sync + 'static {
     fn gaps(&self) -> Vec<Gap> {
         Vec::new()
     }
+
+    /// Lets go of what earlier cases left running that loads the machine
+    /// (a ZooKeeper factory keeps every client's session open, and each one
+    /// pings): called when a case has the machine, or this backend, to
+    /// itself, before it starts. Must not return before what it let go of is
+    /// done with the servers (so it is not counted in the case's figures).
+    async fn quiesce(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -234,5 +243,8 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     fn gaps(&self) -> Vec<Gap> {
         (**self).gaps()
+    }
+    async fn quiesce(&self) -> Result<()> {
+        (**self).quiesce().await
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_conformance::harness::{Cluster, Topology};
+use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::{
     BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink, ServerFaults,
 };
@@ -42,6 +42,8 @@ struct ZooKeeperFactory {
     /// client is also kept for the factory's life (its session then closes
     /// with the factory, not when a case drops it).
     sessions_opened: AtomicU64,
+    /// Sessions `quiesce` closed: their closes are transactions too.
+    sessions_closed: AtomicU64,
     backends: std::sync::Mutex<Vec<Arc<ZooKeeperBackend>>>,
 }
 
@@ -75,8 +77,25 @@ impl ZooKeeperFactory {
             inspector,
             proxies: Default::default(),
             sessions_opened: AtomicU64::new(0),
+            sessions_closed: AtomicU64::new(0),
             backends: Default::default(),
         })
+    }
+
+    /// The leader's zxid, low 32 bits (they count within an epoch).
+    async fn zxid(&self) -> Result<u64> {
+        let leader = self
+            .cluster
+            .leader_index()
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        self.cluster
+            .stats(leader)
+            .await
+            .map(|s| s.get("zxid") & 0xffff_ffff)
+            .map_err(harness)
     }
 
     async fn count_children(&self, key: &ElectionKey) -> Result<usize> {
@@ -118,30 +137,54 @@ impl BackendFactory for ZooKeeperFactory {
         })
     }
 
+    async fn quiesce(&self) -> Result<()> {
+        // Clients no case holds any more (only this factory has them): close
+        // their sessions, whose pings every eighth of the TTL through their
+        // proxies load a 2-core machine. Dropping a session's last handle
+        // sends its close; wait until the leader has committed them all.
+        let idle: Vec<Arc<ZooKeeperBackend>> = {
+            let mut backends = self.backends.lock().unwrap();
+            let (idle, kept) = std::mem::take(&mut *backends)
+                .into_iter()
+                .partition(|b| Arc::strong_count(b) == 1);
+            *backends = kept;
+            idle
+        };
+        if idle.is_empty() {
+            return Ok(());
+        }
+        let mut open = 0;
+        for backend in &idle {
+            open += u64::from(backend.session_id().await.is_some());
+        }
+        let before = self.zxid().await?;
+        drop(idle);
+        self.proxies
+            .lock()
+            .unwrap()
+            .retain(|link| Arc::strong_count(link) > 1);
+        self.sessions_closed.fetch_add(open, Ordering::SeqCst);
+        wait_for(
+            format!("{open} closed sessions committed"),
+            Duration::from_secs(5),
+            || async { (self.zxid().await.ok()? >= before + open).then_some(()) },
+        )
+        .await
+        .map_err(harness)
+    }
+
     async fn server_writes(&self) -> Option<Result<u64>> {
         // The zxid counts every transaction the ensemble committed: creates,
         // deletes, session creations and closes (reads, syncs and pings are
         // none). Every server applies all of them. Less the sessions that
         // making clients opened (sessions a backend opens later, after an
         // expiry, count).
-        let leader = self
-            .cluster
-            .leader_index()
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(0);
-        Some(
-            self.cluster
-                .stats(leader)
-                .await
-                // The low 32 bits count within an epoch.
-                .map(|s| {
-                    (s.get("zxid") & 0xffff_ffff)
-                        .saturating_sub(self.sessions_opened.load(Ordering::SeqCst))
-                })
-                .map_err(harness),
-        )
+        Some(self.zxid().await.map(|zxid| {
+            zxid.saturating_sub(
+                self.sessions_opened.load(Ordering::SeqCst)
+                    + self.sessions_closed.load(Ordering::SeqCst),
+            )
+        }))
     }
 
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {

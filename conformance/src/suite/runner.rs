@@ -54,6 +54,22 @@ fn quiet_lock(backend: &str) -> Arc<RwLock<()>> {
     locks.entry(backend.to_owned()).or_default().clone()
 }
 
+/// Every factory a case has run on in this process, by name.
+fn factories() -> &'static Mutex<HashMap<String, Arc<dyn BackendFactory>>> {
+    static FACTORIES: OnceLock<Mutex<HashMap<String, Arc<dyn BackendFactory>>>> = OnceLock::new();
+    FACTORIES.get_or_init(Mutex::default)
+}
+
+/// [`BackendFactory::quiesce`] on `these`; a failure is logged, not fatal
+/// (the case then runs on a busier machine).
+async fn quiesce(these: Vec<Arc<dyn BackendFactory>>) {
+    for factory in these {
+        if let Err(error) = factory.quiesce().await {
+            tracing::warn!(factory = factory.name(), %error, "could not quiesce");
+        }
+    }
+}
+
 /// Runs `body` as case `meta` on `factory`, then the safety checks every
 /// case ends with (no overlapping terms, no stale write accepted).
 pub async fn run_case<F, Fut>(factory: Arc<dyn BackendFactory>, meta: Meta, body: F) -> CaseReport
@@ -72,6 +88,18 @@ where
         Quiet::Shared => (Some(lock.read_owned().await), None),
         Quiet::Machine => (None, None),
     };
+    let others: Vec<_> = {
+        let mut known = factories().lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .entry(factory.name().to_owned())
+            .or_insert_with(|| factory.clone());
+        known.values().cloned().collect()
+    };
+    match meta.quiet {
+        Quiet::Machine => quiesce(others).await,
+        Quiet::Backend => quiesce(vec![factory.clone()]).await,
+        Quiet::Shared => {}
+    }
     let started = std::time::Instant::now();
     let backend = factory.name().to_owned();
     let cx = Cx::new(factory, meta.name);

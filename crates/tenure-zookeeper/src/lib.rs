@@ -268,6 +268,12 @@ impl ZooKeeperBackend {
         self.settings.expiry_lead
     }
 
+    /// The id of the open session, if one is open; unlike
+    /// [`client`](Self::client), never opens one.
+    pub async fn session_id(&self) -> Option<i64> {
+        self.sessions.open_id().await
+    }
+
     /// The ZooKeeper path of an election.
     pub fn election_path(&self, key: &ElectionKey) -> String {
         latch::election_path(&self.settings.base_path, key.as_str())

@@ -39,6 +39,16 @@ impl Sessions {
         Ok(client)
     }
 
+    /// The open session's id, if there is one (none before the first
+    /// operation, or once it ended); never opens one.
+    pub(crate) async fn open_id(&self) -> Option<i64> {
+        let current = self.current.lock().await;
+        current
+            .as_ref()
+            .filter(|c| !c.state().is_terminated())
+            .map(|c| c.session_id().0)
+    }
+
     async fn connect(&self) -> Result<Client> {
         let requested = self.options.session_timeout;
         // With a connection timeout of a third of the session timeout, the
