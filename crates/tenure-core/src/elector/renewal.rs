@@ -82,10 +82,66 @@ pub(crate) async fn renew_until_lost(
 }
 
 fn next_renewal(lease: &Lease, settings: &Settings) -> Instant {
-    // Jitter never pushes a renewal past halfway between the interval and the deadline.
+    // Jitter never pushes a renewal past halfway between the interval and the
+    // deadline; and where a backend's expiry lead leaves a lease valid for no
+    // longer than the interval, the renewal goes out halfway to the deadline.
     let interval = settings.renew_interval;
-    let latest = interval + (lease.valid_until() - lease.sent_at()).saturating_sub(interval) / 2;
+    let window = lease.valid_until() - lease.sent_at();
+    let latest = match window.checked_sub(interval) {
+        Some(spare) if !spare.is_zero() => interval + spare / 2,
+        _ => window / 2,
+    };
     lease.sent_at() + jittered(interval, settings.renew_jitter).min(latest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Candidacy, CandidateId, ElectionKey, LeaseHandle, RenewOn};
+
+    fn settings(interval_ms: u64) -> Settings {
+        Settings {
+            ttl: Duration::from_secs(3),
+            renew_interval: Duration::from_millis(interval_ms),
+            renew_jitter: 0.1,
+            retry_min: Duration::from_millis(10),
+            retry_max: Duration::from_millis(100),
+            renew_on: RenewOn::CurrentRuntime,
+        }
+    }
+
+    fn lease(lead_ms: u64) -> Lease {
+        let candidacy = Candidacy::with_drift_margin(
+            ElectionKey::new("k").unwrap(),
+            CandidateId::new("a").unwrap(),
+            Duration::from_secs(3),
+            Duration::ZERO,
+        )
+        .unwrap();
+        Lease::new(candidacy, None, Instant::now(), LeaseHandle::new(()))
+            .with_expiry_lead(Duration::from_millis(lead_ms))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_come_before_the_deadline_whatever_the_expiry_lead() {
+        // Valid 3 s, 2 s, 1 s, 0.6 s after the send; interval 1 s, jitter 10 %.
+        for (lead, earliest, latest) in [
+            (0, 900, 1100),
+            (1000, 900, 1100),
+            (2000, 500, 500),
+            (2400, 300, 300),
+        ] {
+            let lease = lease(lead);
+            for _ in 0..50 {
+                let at = next_renewal(&lease, &settings(1000)) - lease.sent_at();
+                assert!(
+                    at >= Duration::from_millis(earliest) && at <= Duration::from_millis(latest),
+                    "lead {lead} ms: renewal {at:?} after the send"
+                );
+                assert!(lease.sent_at() + at < lease.valid_until());
+            }
+        }
+    }
 }
 
 /// Releases, retrying transient failures for at most one TTL: by then the
