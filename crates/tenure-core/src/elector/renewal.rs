@@ -94,6 +94,38 @@ fn next_renewal(lease: &Lease, settings: &Settings) -> Instant {
     lease.sent_at() + jittered(interval, settings.renew_jitter).min(latest)
 }
 
+/// Releases, retrying transient failures for at most one TTL: by then the
+/// backend has expired the lease by itself, and the standby leads anyway.
+pub(crate) async fn release(
+    backend: &dyn LeaseBackend,
+    lease: &Lease,
+    settings: &Settings,
+) -> Result<()> {
+    let give_up = Instant::now() + settings.ttl;
+    let mut backoff = Backoff::new(Duration::from_millis(10), settings.ttl / 4);
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match timeout(left, backend.release(lease)).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(error)) if error.is_retryable() => {
+                let delay = backoff.next_delay();
+                if Instant::now() + delay >= give_up {
+                    return Err(error);
+                }
+                tracing::debug!(key = %lease.key(), %error, retry_in = ?delay, "release failed; retrying");
+                tokio::time::sleep(delay).await;
+            }
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(crate::Error::Timeout {
+                    operation: "release",
+                    after: settings.ttl,
+                })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,38 +171,6 @@ mod tests {
                     "lead {lead} ms: renewal {at:?} after the send"
                 );
                 assert!(lease.sent_at() + at < lease.valid_until());
-            }
-        }
-    }
-}
-
-/// Releases, retrying transient failures for at most one TTL: by then the
-/// backend has expired the lease by itself, and the standby leads anyway.
-pub(crate) async fn release(
-    backend: &dyn LeaseBackend,
-    lease: &Lease,
-    settings: &Settings,
-) -> Result<()> {
-    let give_up = Instant::now() + settings.ttl;
-    let mut backoff = Backoff::new(Duration::from_millis(10), settings.ttl / 4);
-    loop {
-        let left = give_up.saturating_duration_since(Instant::now());
-        match timeout(left, backend.release(lease)).await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(error)) if error.is_retryable() => {
-                let delay = backoff.next_delay();
-                if Instant::now() + delay >= give_up {
-                    return Err(error);
-                }
-                tracing::debug!(key = %lease.key(), %error, retry_in = ?delay, "release failed; retrying");
-                tokio::time::sleep(delay).await;
-            }
-            Ok(Err(error)) => return Err(error),
-            Err(_) => {
-                return Err(crate::Error::Timeout {
-                    operation: "release",
-                    after: settings.ttl,
-                })
             }
         }
     }
