@@ -88,16 +88,9 @@ impl BackendFactory for EtcdFactory {
     async fn server_writes(&self) -> Option<Result<u64>> {
         // Raft proposals committed: puts, deletes, txns, lease grants and
         // revokes (keep-alives are not proposals). Every node commits all.
-        let leader = self
-            .cluster
-            .leader_index()
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(0);
         Some(
             self.cluster
-                .stats(leader)
+                .leader_stats()
                 .await
                 .map(|s| s.get("etcd_server_proposals_committed_total"))
                 .map_err(harness),

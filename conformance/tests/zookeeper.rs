@@ -84,15 +84,8 @@ impl ZooKeeperFactory {
 
     /// The leader's zxid, low 32 bits (they count within an epoch).
     async fn zxid(&self) -> Result<u64> {
-        let leader = self
-            .cluster
-            .leader_index()
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(0);
         self.cluster
-            .stats(leader)
+            .leader_stats()
             .await
             .map(|s| s.get("zxid") & 0xffff_ffff)
             .map_err(harness)

@@ -600,6 +600,13 @@ impl Cluster {
         self.kind.stats(&self.node(index)?.endpoint()).await
     }
 
+    /// The counters of the node a majority agrees leads (node 0 when none
+    /// does, or a standalone node), for counts every node keeps alike.
+    pub async fn leader_stats(&self) -> Result<ServerStats> {
+        let leader = self.leader_index().await.ok().flatten().unwrap_or(0);
+        self.stats(leader).await
+    }
+
     /// The counters of every node neither stopped nor paused, added up.
     pub async fn stats_total(&self) -> Result<ServerStats> {
         let mut total = ServerStats::default();
