@@ -179,7 +179,9 @@ async fn main() -> tenure::Result<()> {
         println!("             - {entry}");
     }
     new_leader.resign().await?;
-    electors.iter().for_each(Elector::shutdown);
+    for elector in &electors {
+        elector.shutdown().await;
+    }
     observer.await.ok();
     clock.say("done");
     Ok(())

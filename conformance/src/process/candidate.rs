@@ -161,7 +161,7 @@ pub async fn run(args: Args, connector: Connector) -> Result<(), String> {
             break;
         }
     }
-    elector.shutdown();
+    elector.shutdown().await;
     Ok(())
 }
 

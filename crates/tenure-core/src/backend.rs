@@ -75,6 +75,10 @@ impl Acquisition {
 ///     (released or expired); a slow reader may skip intermediate states but
 ///     always sees the latest.
 ///
+/// 11. **close**: [`close`](Self::close) returns only once every candidacy
+///     this client withdrew and every grant it could not hand over is gone
+///     from the server, and its connections or sessions are closed.
+///
 /// A backend MUST NOT compare timestamps across machines to judge expiry.
 #[async_trait]
 pub trait LeaseBackend: Send + Sync + Debug + 'static {
@@ -95,4 +99,13 @@ pub trait LeaseBackend: Send + Sync + Debug + 'static {
 
     /// Observes who leads a key; see the contract, point 10.
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>>;
+
+    /// Ends this client; see the contract, point 11. Call it when nothing
+    /// uses the client any more (`Elector::shutdown` does, when it holds the
+    /// last reference): a process that exits right after it leaves nothing
+    /// behind that a standby would have to wait out. Calls made afterwards
+    /// may fail. The default does nothing.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
 }

@@ -7,6 +7,7 @@ mod capabilities;
 mod elector;
 mod error;
 mod fence;
+pub mod hosted;
 mod lease;
 pub mod memory;
 mod types;
@@ -14,11 +15,11 @@ mod types;
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
 pub use elector::{
-    heartbeat_runtime, on_heartbeat_runtime, Elector, ElectorBuilder, Leadership, LossReason,
-    RenewOn, Term, DEFAULT_TTL,
+    heartbeat_runtime, Elector, ElectorBuilder, Leadership, LossReason, RenewOn, Term, DEFAULT_TTL,
 };
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
+pub use hosted::{on_heartbeat_runtime, HostedBackend};
 pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle};
 pub use memory::MemoryBackend;
 pub use types::{

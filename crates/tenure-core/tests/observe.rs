@@ -58,7 +58,7 @@ async fn observe_rewatches_after_errors_and_ends_at_shutdown() {
     watcher_client.faults().fail_calls(false);
     let (event, mut seen) = next.await.unwrap();
     assert_eq!(event.as_ref().and_then(leader), Some("a"));
-    watcher.shutdown();
+    watcher.shutdown().await;
     settle().await;
     assert_eq!(seen.next().await, None);
 }

@@ -4,7 +4,6 @@
 mod election;
 mod error;
 mod keepalive;
-mod thread;
 mod watch;
 
 use std::sync::Arc;
@@ -15,13 +14,12 @@ use etcd_client::{Client, ConnectOptions};
 use futures::stream::BoxStream;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 pub use etcd_client;
 use keepalive::{KeepAlive, Kept};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
-    LeaderEvent, Lease, LeaseBackend, LeaseHandle, Result,
+    HostedBackend, LeaderEvent, Lease, LeaseHandle, Result,
 };
 
 use crate::error::{bounded, BACKEND};
@@ -185,16 +183,6 @@ impl EtcdBackend {
         &self.client
     }
 
-    fn span(&self, op: &'static str, key: &ElectionKey, identity: &str) -> tracing::Span {
-        tracing::debug_span!(
-            "tenure",
-            op,
-            backend = BACKEND,
-            key = key.as_str(),
-            identity
-        )
-    }
-
     async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         let settings = Arc::new(self.settings.for_ttl(candidacy.ttl()));
         let (client, settings) = (&self.client, &*settings);
@@ -312,12 +300,10 @@ fn etcd_lease(lease: &Lease) -> Result<&Arc<EtcdLease>> {
 }
 
 #[async_trait]
-impl LeaseBackend for EtcdBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+impl HostedBackend for EtcdBackend {
+    const NAME: &'static str = BACKEND;
 
-    fn capabilities(&self) -> Capabilities {
+    fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, true);
         caps.min_ttl = Duration::from_secs(1);
         caps.ttl_granularity = Duration::from_secs(1);
@@ -327,80 +313,47 @@ impl LeaseBackend for EtcdBackend {
         caps
     }
 
-    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        self.capabilities().check(candidacy)?;
-        let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
-        let (this, candidacy) = (self.clone(), candidacy.clone());
-        thread::on_heartbeat(
-            async move { this.acquire_inner(&candidacy, mode).await }.instrument(span),
-        )
-        .await
+    async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.acquire_inner(&candidacy, mode).await
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let span = self.span("renew", lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        thread::on_heartbeat(
-            async move {
-                let (this, lease) = (&this, &lease);
-                let state = etcd_lease(lease)?;
-                let settings = this.settings.for_ttl(lease.ttl());
-                let kept = state
-                    .keep_alive
-                    .lock()
-                    .await
-                    .keep_alive(&this.client, &settings)
-                    .await?;
-                let Kept::Alive { sent_at } = kept else {
-                    return Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "the etcd lease expired",
-                    ));
-                };
-                // The lease lives; make sure our key does too (someone may have deleted it).
-                if !election::still_ours(&this.client, &state.key, state.create_revision, &settings)
-                    .await?
-                {
-                    return Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "our election key was deleted",
-                    ));
-                }
-                Ok(lease.renewed(sent_at, lease.handle().clone()))
-            }
-            .instrument(span),
-        )
-        .await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        let span = self.span("release", lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        thread::on_heartbeat(
-            async move {
-                let (this, lease) = (&this, &lease);
-                let state = etcd_lease(lease)?;
-                let settings = this.settings.for_ttl(lease.ttl());
-                election::delete_if_ours(
-                    &this.client,
-                    &state.key,
-                    state.create_revision,
-                    &settings,
-                )
-                .await?;
-                keepalive::revoke(&this.client, state.lease_id, &settings).await
-            }
-            .instrument(span),
-        )
-        .await
-    }
-
-    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        self.capabilities().check_key(key)?;
-        let prefix = election::election_prefix(&self.settings, key.as_str());
-        watch::watch(self.client.clone(), prefix, self.settings.clone())
-            .instrument(self.span("watch", key, ""))
+    async fn renew(&self, lease: Lease) -> Result<Lease> {
+        let state = etcd_lease(&lease)?;
+        let settings = self.settings.for_ttl(lease.ttl());
+        let kept = state
+            .keep_alive
+            .lock()
             .await
+            .keep_alive(&self.client, &settings)
+            .await?;
+        let Kept::Alive { sent_at } = kept else {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                "the etcd lease expired",
+            ));
+        };
+        // The lease lives; make sure our key does too (someone may have deleted it).
+        if !election::still_ours(&self.client, &state.key, state.create_revision, &settings).await?
+        {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                "our election key was deleted",
+            ));
+        }
+        Ok(lease.renewed(sent_at, lease.handle().clone()))
+    }
+
+    async fn release(&self, lease: Lease) -> Result<()> {
+        let state = etcd_lease(&lease)?;
+        let settings = self.settings.for_ttl(lease.ttl());
+        election::delete_if_ours(&self.client, &state.key, state.create_revision, &settings)
+            .await?;
+        keepalive::revoke(&self.client, state.lease_id, &settings).await
+    }
+
+    async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        let prefix = election::election_prefix(&self.settings, key.as_str());
+        watch::watch(self.client.clone(), prefix, self.settings.clone()).await
     }
 }
 
@@ -423,7 +376,7 @@ impl RevokeOnDrop {
 impl Drop for RevokeOnDrop {
     fn drop(&mut self) {
         if let Some((client, lease_id, settings)) = self.armed.take() {
-            tenure_core::heartbeat_runtime().spawn(async move {
+            tenure_core::hosted::spawn_cleanup(async move {
                 if let Err(error) = keepalive::revoke(&client, lease_id, &settings).await {
                     tracing::warn!(lease_id, %error, "could not withdraw a candidacy; its lease will expire");
                 }

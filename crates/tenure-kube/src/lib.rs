@@ -4,7 +4,6 @@
 mod error;
 mod observe;
 mod record;
-mod thread;
 mod url;
 
 use std::sync::Arc;
@@ -16,8 +15,8 @@ use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken, KeyRule,
-    LeaderEvent, LeaderInfo, Lease, LeaseBackend, LeaseHandle, Result,
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
+    HostedBackend, KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseHandle, Result,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -135,16 +134,6 @@ impl KubeLeaseBackend {
 
     fn timeout(&self, ttl: Duration) -> Duration {
         self.options.request_timeout.min(ttl)
-    }
-
-    fn span(&self, op: &'static str, key: &ElectionKey, identity: &str) -> tracing::Span {
-        tracing::debug_span!(
-            "tenure",
-            op,
-            backend = BACKEND,
-            key = key.as_str(),
-            identity
-        )
     }
 
     async fn get(&self, name: &str, after: Duration) -> Result<Option<KubeLease>> {
@@ -330,12 +319,10 @@ fn held(lease: &Lease) -> Result<&Arc<Held>> {
 }
 
 #[async_trait]
-impl LeaseBackend for KubeLeaseBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+impl HostedBackend for KubeLeaseBackend {
+    const NAME: &'static str = BACKEND;
 
-    fn capabilities(&self) -> Capabilities {
+    fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, false);
         caps.min_ttl = Duration::from_secs(1);
         caps.ttl_granularity = Duration::from_secs(1);
@@ -346,65 +333,42 @@ impl LeaseBackend for KubeLeaseBackend {
         caps
     }
 
-    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        self.capabilities().check(candidacy)?;
-        let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
-        let (this, candidacy) = (self.clone(), candidacy.clone());
-        thread::on_heartbeat(
-            async move { this.acquire_inner(&candidacy, mode).await }.instrument(span),
-        )
-        .await
+    async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.acquire_inner(&candidacy, mode).await
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let span = self.span("renew", lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        thread::on_heartbeat(
-            async move {
-                if !lease.is_valid() {
-                    return Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "the lease ran out before it was renewed",
-                    ));
-                }
-                match this
-                    .write_ours(&lease, "renew lease", record::renewed)
-                    .await?
-                {
-                    Some(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
-                    None => Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "the Lease has another holder or term",
-                    )),
-                }
-            }
-            .instrument(span),
-        )
-        .await
+    async fn renew(&self, lease: Lease) -> Result<Lease> {
+        if !lease.is_valid() {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                "the lease ran out before it was renewed",
+            ));
+        }
+        match self
+            .write_ours(&lease, "renew lease", record::renewed)
+            .await?
+        {
+            Some(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
+            None => Err(Error::lease_lost(
+                lease.key().as_str(),
+                "the Lease has another holder or term",
+            )),
+        }
     }
 
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        let span = self.span("release", lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        thread::on_heartbeat(
-            async move {
-                this.write_ours(&lease, "release lease", record::released)
-                    .await
-                    .map(|_| ())
-            }
-            .instrument(span),
-        )
-        .await
+    async fn release(&self, lease: Lease) -> Result<()> {
+        self.write_ours(&lease, "release lease", record::released)
+            .await
+            .map(|_| ())
     }
 
-    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        self.capabilities().check_key(key)?;
+    async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let this = self.clone();
-        let name = key.as_str().to_owned();
-        tenure_core::heartbeat_runtime().spawn(
-            this.watch_inner(name, tx)
-                .instrument(self.span("watch", key, "")),
+        // Outlives this call (which runs on the heartbeat runtime), in its span.
+        tokio::spawn(
+            self.clone()
+                .watch_inner(key.as_str().to_owned(), tx)
+                .in_current_span(),
         );
         let stream =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });

@@ -245,16 +245,18 @@ impl Drop for DeleteOnDrop {
             return;
         };
         let path = self.path.take();
-        tenure_core::heartbeat_runtime().spawn(async move {
+        tenure_core::hosted::spawn_cleanup(async move {
             let path = match path {
                 Some(path) => path,
                 // Requests on a session are answered in order: this listing
                 // sees the create if it landed.
                 None => match latch::children(&client, &election, &settings).await {
-                    Ok(Some(children)) => match children.into_iter().find(|c| c.starts_with(&prefix)) {
-                        Some(name) => format!("{election}/{name}"),
-                        None => return,
-                    },
+                    Ok(Some(children)) => {
+                        match children.into_iter().find(|c| c.starts_with(&prefix)) {
+                            Some(name) => format!("{election}/{name}"),
+                            None => return,
+                        }
+                    }
                     Ok(None) => return,
                     Err(error) => {
                         tracing::warn!(election, %error, "could not look for a withdrawn candidacy's node; it goes with the session");

@@ -6,7 +6,6 @@ mod error;
 mod held;
 mod latch;
 mod session;
-mod thread;
 mod watch;
 
 use std::sync::Arc;
@@ -15,11 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, KeyRule, LeaderEvent,
-    Lease, LeaseBackend, Result,
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HostedBackend, KeyRule,
+    LeaderEvent, Lease, Result,
 };
 use tokio::time::Instant;
-use tracing::Instrument;
 pub use zookeeper_client;
 use zookeeper_client::Client;
 
@@ -250,7 +248,7 @@ impl ZooKeeperBackend {
     /// The current session's client (a new session if the last one ended).
     pub async fn client(&self) -> Result<Client> {
         let sessions = self.sessions.clone();
-        thread::on_heartbeat(async move { sessions.client().await }).await
+        tenure_core::on_heartbeat_runtime(BACKEND, async move { sessions.client().await }).await
     }
 
     /// How much sooner than one TTL after its last answered request a lease's
@@ -277,51 +275,6 @@ impl ZooKeeperBackend {
     /// The ZooKeeper path of an election.
     pub fn election_path(&self, key: &ElectionKey) -> String {
         latch::election_path(&self.settings.base_path, key.as_str())
-    }
-
-    fn span(&self, op: &'static str, key: &ElectionKey, identity: &str) -> tracing::Span {
-        tracing::debug_span!(
-            "tenure",
-            op,
-            backend = BACKEND,
-            key = key.as_str(),
-            identity
-        )
-    }
-
-    /// Checks a key: the capabilities' rules, and not ZooKeeper's own `/zookeeper` tree.
-    fn check_key(&self, key: &ElectionKey) -> Result<()> {
-        self.capabilities().check_key(key)?;
-        let path = self.election_path(key);
-        if path == "/zookeeper" || path.starts_with("/zookeeper/") {
-            return Err(Error::invalid(
-                "key",
-                format!("{path:?} is inside ZooKeeper's reserved /zookeeper tree"),
-            ));
-        }
-        Ok(())
-    }
-
-    fn check(&self, candidacy: &Candidacy) -> Result<()> {
-        self.check_key(candidacy.key())?;
-        let timeout = self.sessions.session_timeout();
-        self.capabilities()
-            .check_ttl(candidacy.ttl())
-            .map_err(|e| match e {
-                Error::InvalidArgument {
-                    field: "ttl",
-                    reason,
-                } => Error::invalid(
-                    "ttl",
-                    format!(
-                        "{reason}: on ZooKeeper the session is the lease, so a candidacy's TTL \
-                         must equal this backend's session timeout, {timeout:?} (set \
-                         ZooKeeperOptions::session_timeout, within the server's \
-                         minSessionTimeout..=maxSessionTimeout, by default 2x..=20x tickTime)"
-                    ),
-                ),
-                other => other,
-            })
     }
 }
 
@@ -351,12 +304,10 @@ fn held(lease: &Lease) -> Result<&Arc<Held>> {
 }
 
 #[async_trait]
-impl LeaseBackend for ZooKeeperBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+impl HostedBackend for ZooKeeperBackend {
+    const NAME: &'static str = BACKEND;
 
-    fn capabilities(&self) -> Capabilities {
+    fn promises(&self) -> Capabilities {
         let timeout = self.sessions.session_timeout();
         let mut caps = Capabilities::new(true, true);
         // The session is the lease: one TTL, the session timeout.
@@ -370,88 +321,100 @@ impl LeaseBackend for ZooKeeperBackend {
         caps
     }
 
-    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        self.check(candidacy)?;
-        let span = self.span("acquire", candidacy.key(), candidacy.identity().as_str());
-        let (this, candidacy) = (self.clone(), candidacy.clone());
-        thread::on_heartbeat(
-            async move {
-                let client = this.sessions.client().await?;
-                tracing::debug!(session = client.session_id().0, "campaign");
-                let settings = this.settings.for_ttl(candidacy.ttl());
-                campaign::acquire(client, &candidacy, mode, settings).await
-            }
-            .instrument(span),
-        )
-        .await
+    /// The capabilities' rules, and not ZooKeeper's own `/zookeeper` tree.
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        self.promises().check_key(key)?;
+        let path = self.election_path(key);
+        if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+            return Err(Error::invalid(
+                "key",
+                format!("{path:?} is inside ZooKeeper's reserved /zookeeper tree"),
+            ));
+        }
+        Ok(())
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let span = self.span("renew", lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        thread::on_heartbeat(
-            async move {
-                let held = held(&lease)?;
-                let settings = this.settings.for_ttl(lease.ttl());
-                let mut state = held.state.lock().await;
-                if state.ended || Instant::now() >= state.deadline {
-                    return Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "not renewed within its TTL, or released",
-                    ));
-                }
-                if held.client.state().is_terminated() {
-                    state.ended = true;
-                    return Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "the ZooKeeper session ended",
-                    ));
-                }
-                let sent_at = Instant::now();
-                let ours =
-                    latch::still_ours(&held.client, &held.path, held.czxid, held.owner, &settings)
-                        .await?;
-                if !ours {
-                    state.ended = true;
-                    return Err(Error::lease_lost(
-                        lease.key().as_str(),
-                        "our node is gone or its session ended",
-                    ));
-                }
-                state.deadline = state.deadline.max(sent_at + lease.ttl());
-                Ok(lease.renewed(sent_at, lease.handle().clone()))
-            }
-            .instrument(span),
-        )
-        .await
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        HostedBackend::check_key(self, candidacy.key())?;
+        let timeout = self.sessions.session_timeout();
+        self.promises()
+            .check_ttl(candidacy.ttl())
+            .map_err(|e| match e {
+                Error::InvalidArgument {
+                    field: "ttl",
+                    reason,
+                } => Error::invalid(
+                    "ttl",
+                    format!(
+                        "{reason}: on ZooKeeper the session is the lease, so a candidacy's TTL \
+                         must equal this backend's session timeout, {timeout:?} (set \
+                         ZooKeeperOptions::session_timeout, within the server's \
+                         minSessionTimeout..=maxSessionTimeout, by default 2x..=20x tickTime)"
+                    ),
+                ),
+                other => other,
+            })
     }
 
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        let span = self.span("release", lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        thread::on_heartbeat(
-            async move {
-                let held = held(&lease)?;
-                let settings = this.settings.for_ttl(lease.ttl());
-                let mut state = held.state.lock().await;
-                state.ended = true;
-                if !held.client.state().is_terminated() {
-                    latch::delete(&held.client, &held.path, &settings).await?;
-                }
-                held.disarm();
-                Ok(())
-            }
-            .instrument(span),
-        )
-        .await
+    async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        let client = self.sessions.client().await?;
+        tracing::debug!(session = client.session_id().0, "campaign");
+        let settings = self.settings.for_ttl(candidacy.ttl());
+        campaign::acquire(client, &candidacy, mode, settings).await
     }
 
-    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        self.check_key(key)?;
-        let election = self.election_path(key);
-        let client = self.client().await?;
-        watch::watch(client, election, self.settings.clone())
-            .instrument(self.span("watch", key, ""))
-            .await
+    async fn renew(&self, lease: Lease) -> Result<Lease> {
+        let held = held(&lease)?;
+        let settings = self.settings.for_ttl(lease.ttl());
+        let mut state = held.state.lock().await;
+        if state.ended || Instant::now() >= state.deadline {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                "not renewed within its TTL, or released",
+            ));
+        }
+        if held.client.state().is_terminated() {
+            state.ended = true;
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                "the ZooKeeper session ended",
+            ));
+        }
+        let sent_at = Instant::now();
+        let ours =
+            latch::still_ours(&held.client, &held.path, held.czxid, held.owner, &settings).await?;
+        if !ours {
+            state.ended = true;
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                "our node is gone or its session ended",
+            ));
+        }
+        state.deadline = state.deadline.max(sent_at + lease.ttl());
+        Ok(lease.renewed(sent_at, lease.handle().clone()))
+    }
+
+    async fn release(&self, lease: Lease) -> Result<()> {
+        let held = held(&lease)?;
+        let settings = self.settings.for_ttl(lease.ttl());
+        let mut state = held.state.lock().await;
+        state.ended = true;
+        if !held.client.state().is_terminated() {
+            latch::delete(&held.client, &held.path, &settings).await?;
+        }
+        held.disarm();
+        Ok(())
+    }
+
+    async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        let election = self.election_path(&key);
+        let client = self.sessions.client().await?;
+        watch::watch(client, election, self.settings.clone()).await
+    }
+
+    /// Closes the session: the servers delete every node it still owns at once.
+    async fn close(&self) -> Result<()> {
+        self.sessions.close().await;
+        Ok(())
     }
 }

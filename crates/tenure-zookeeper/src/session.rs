@@ -96,6 +96,37 @@ impl Sessions {
         Ok(client)
     }
 
+    /// Lets go of the open session, if any, and waits (at most a request
+    /// timeout) until it is closed: zookeeper-client closes a session when
+    /// its last `Client` goes, and the servers then delete its ephemeral
+    /// nodes at once. A session still in use elsewhere (a watch) closes when
+    /// that ends. The next operation opens a new session.
+    pub(crate) async fn close(&self) {
+        let Some(client) = self.current.lock().await.take() else {
+            return;
+        };
+        let session = client.session_id().0;
+        let mut state = client.state_watcher();
+        drop(client);
+        let closed = async {
+            while !state.state().is_terminated() {
+                state.changed().await;
+            }
+        };
+        let bound = self
+            .options
+            .request_timeout
+            .min(self.options.session_timeout);
+        match tokio::time::timeout(bound, closed).await {
+            Ok(()) => tracing::debug!(backend = BACKEND, session, "ZooKeeper session closed"),
+            Err(_) => tracing::debug!(
+                backend = BACKEND,
+                session,
+                "ZooKeeper session still in use; it closes when its last user goes"
+            ),
+        }
+    }
+
     /// The session timeout every session is opened with.
     pub(crate) fn session_timeout(&self) -> Duration {
         self.options.session_timeout

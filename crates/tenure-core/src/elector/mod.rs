@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 
-pub use runtime::{heartbeat_runtime, on_heartbeat_runtime, RenewOn};
+pub use runtime::{heartbeat_runtime, RenewOn};
 pub use term::{Leadership, LossReason, Term};
 use term::{Status, TermShared};
 
@@ -150,6 +150,7 @@ impl ElectorBuilder {
                     renew_on: self.renew_on,
                 }),
                 shutdown,
+                active: Arc::new(watch::Sender::new(0)),
             }),
         })
     }
@@ -161,6 +162,32 @@ struct Inner {
     candidacy: Candidacy,
     settings: Arc<Settings>,
     shutdown: watch::Sender<bool>,
+    /// Campaigns under way and renewers still running (they release).
+    active: Arc<watch::Sender<usize>>,
+}
+
+/// Resolves once the shutdown flag is set; never if the elector is dropped
+/// without a shutdown (its leaderships live on).
+pub(crate) async fn shut_down(flag: &mut watch::Receiver<bool>) {
+    if flag.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Counts one campaign or renewer of an elector while it lives.
+pub(crate) struct Active(Arc<watch::Sender<usize>>);
+
+impl Active {
+    fn new(count: &Arc<watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Active(count.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 /// Campaigns for one election key on one backend, as one candidate.
@@ -219,6 +246,8 @@ impl Elector {
     /// back-off; other errors, and shutdown ([`Error::Shutdown`]), end it.
     /// Dropping the future withdraws the candidacy.
     pub async fn campaign(&self) -> Result<Leadership> {
+        // Declared first, so dropped last: after the attempt in flight.
+        let _active = Active::new(&self.inner.active);
         let mut backoff = self.backoff();
         let mut shutdown = self.inner.shutdown.subscribe();
         loop {
@@ -252,6 +281,10 @@ impl Elector {
 
     /// One attempt: leadership if the key is free now, `None` if someone holds it.
     pub async fn try_acquire(&self) -> Result<Option<Leadership>> {
+        let _active = Active::new(&self.inner.active);
+        if *self.inner.shutdown.borrow() {
+            return Err(Error::Shutdown);
+        }
         match self
             .inner
             .backend
@@ -266,6 +299,9 @@ impl Elector {
     /// Campaigns, runs `work` with the leadership until it returns or the
     /// leadership is lost (then `work` is dropped, i.e. cancelled), steps down,
     /// and campaigns again, until [`shutdown`](Self::shutdown).
+    ///
+    /// Each term's lease is released before the next campaign starts, and
+    /// before `run` returns.
     ///
     /// `work` should pass `leadership.token()` with every write and may hand
     /// [`Leadership::term`] to the tasks it starts.
@@ -283,12 +319,19 @@ impl Elector {
             };
             let term = leadership.term();
             let work = work(leadership);
-            tokio::select! {
-                _ = work => {}
+            let stop = tokio::select! {
+                _ = work => false,
                 reason = term.lost() => {
                     tracing::info!(key = %term.key(), identity = %term.identity(), %reason, "leadership ended; cancelling the leader's work");
+                    false
                 }
-                _ = shutdown.wait_for(|s| *s) => return Ok(()),
+                _ = shut_down(&mut shutdown) => true,
+            };
+            // The work (and with it the Leadership) is dropped: the renewer
+            // releases the lease; wait until it has.
+            term.settled().await;
+            if stop {
+                return Ok(());
             }
         }
     }
@@ -305,10 +348,31 @@ impl Elector {
         )
     }
 
-    /// Stops campaigning: pending `campaign`s fail with [`Error::Shutdown`],
-    /// `run` steps down and returns, `observe` streams end.
-    pub fn shutdown(&self) {
+    /// Stops campaigning and steps down, and returns once that is done:
+    /// pending `campaign`s fail with [`Error::Shutdown`] and withdraw, every
+    /// [`Leadership`] of this elector ends and its lease is released (or,
+    /// if the backend cannot be reached, given up after at most one TTL),
+    /// `run` returns, `observe` streams end. If nothing else holds the
+    /// backend (no clone of the `Arc` given to the builder, no other elector,
+    /// no `observe` stream), it is [closed](LeaseBackend::close) too.
+    ///
+    /// A process that exits right after `shutdown().await` leaves nothing
+    /// behind that a standby would have to wait out.
+    pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        let mut active = self.inner.active.subscribe();
+        let _ = active.wait_for(|n| *n == 0).await;
+        crate::hosted::cleanups_finished().await;
+        if Arc::strong_count(&self.inner.backend) == 1 {
+            if let Err(error) = self.inner.backend.close().await {
+                tracing::warn!(key = %self.inner.candidacy.key(), %error, "closing the backend failed");
+            }
+        }
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_shut_down(&self) -> bool {
+        *self.inner.shutdown.borrow()
     }
 
     fn backoff(&self) -> Backoff {
@@ -331,6 +395,7 @@ impl Elector {
             status: watch::Sender::new(Status {
                 valid_until: lease.valid_until(),
                 ended: None,
+                settled: false,
             }),
         });
         tracing::info!(
@@ -340,13 +405,21 @@ impl Elector {
             "acquired leadership"
         );
         let (step_down, step_down_rx) = oneshot::channel();
-        settings.renew_on.spawn(renewal::renew_until_lost(
+        let active = Active::new(&self.inner.active);
+        let renewer = renewal::renew_until_lost(
             self.inner.backend.clone(),
             lease,
             settings.clone(),
             shared.clone(),
             step_down_rx,
-        ));
+            self.inner.shutdown.subscribe(),
+        );
+        let settled = shared.clone();
+        settings.renew_on.spawn(async move {
+            renewer.await;
+            settled.status.send_modify(|s| s.settled = true);
+            drop(active);
+        });
         Some(Leadership {
             term: Term { shared },
             step_down: Some(step_down),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::term::{LossReason, StepDown, TermShared};
@@ -20,6 +20,7 @@ pub(crate) async fn renew_until_lost(
     settings: Arc<Settings>,
     term: Arc<TermShared>,
     mut step_down: oneshot::Receiver<StepDown>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
     let key = lease.key().as_str().to_owned();
     let identity = lease.holder().as_str().to_owned();
@@ -46,6 +47,14 @@ pub(crate) async fn renew_until_lost(
                 }
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
+                }
+                return;
+            }
+            _ = super::shut_down(&mut shutdown) => {
+                term.end(LossReason::Resigned);
+                match release(&*backend, &lease, &settings).await {
+                    Ok(()) => tracing::info!(key, identity, token, "resigned at shutdown"),
+                    Err(error) => tracing::warn!(key, identity, token, %error, "resigned at shutdown; release failed, the lease will expire"),
                 }
                 return;
             }

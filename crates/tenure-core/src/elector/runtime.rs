@@ -52,32 +52,3 @@ impl RenewOn {
         }
     }
 }
-
-/// Runs `work` on the heartbeat runtime and waits for it.
-///
-/// For backends: run each operation next to the connection that
-/// [`heartbeat_runtime`] drives, so that a request, its answer and what follows
-/// stay on one thread, and a starved application runtime cannot stall it.
-/// Dropping the returned future aborts `work` (running its drop guards, such
-/// as withdrawing a candidacy); a panic in `work` is resumed here.
-pub async fn on_heartbeat_runtime<T, F>(backend: &'static str, work: F) -> crate::Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = crate::Result<T>> + Send + 'static,
-{
-    struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-    impl<T> Drop for AbortOnDrop<T> {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-    let mut task = AbortOnDrop(heartbeat_runtime().spawn(work));
-    match (&mut task.0).await {
-        Ok(result) => result,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(crate::Error::Backend {
-            backend,
-            source: Box::new(e),
-        }),
-    }
-}

@@ -36,6 +36,8 @@ impl fmt::Display for LossReason {
 pub(crate) struct Status {
     pub valid_until: Instant,
     pub ended: Option<LossReason>,
+    /// The renewer has finished: the lease is released, lost or given up.
+    pub settled: bool,
 }
 
 pub(crate) struct TermShared {
@@ -129,6 +131,15 @@ impl Term {
                 }
             }
         }
+    }
+}
+
+impl Term {
+    /// Resolves once the term has ended and its renewer has finished: the
+    /// lease was released (or lost, or given up after the release failed).
+    pub async fn settled(&self) {
+        let mut rx = self.shared.status.subscribe();
+        let _ = rx.wait_for(|s| s.settled).await;
     }
 }
 

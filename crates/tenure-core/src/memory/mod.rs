@@ -122,14 +122,23 @@ fn span(
     key: &ElectionKey,
     identity: Option<&crate::CandidateId>,
 ) -> tracing::Span {
-    let identity = identity.map(|i| i.as_str()).unwrap_or("");
-    tracing::debug_span!(
-        "tenure",
-        op,
-        backend = "memory",
-        key = key.as_str(),
-        identity
-    )
+    crate::hosted::op_span(op, "memory", key, identity.map_or("", |i| i.as_str()))
+}
+
+/// Releases a grant whose answer is still on its way back, if the caller
+/// goes away meanwhile: nobody would ever renew or release it.
+struct ReleaseUndelivered<'a> {
+    server: &'a Server,
+    key: &'a ElectionKey,
+    grant: Option<u64>,
+}
+
+impl Drop for ReleaseUndelivered<'_> {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            self.server.release(self.key, grant);
+        }
+    }
 }
 
 #[async_trait]
@@ -161,7 +170,13 @@ impl LeaseBackend for MemoryBackend {
                     Ok(lease_from(candidacy, grant, at))
                 }
             };
+            let mut undelivered = ReleaseUndelivered {
+                server: &self.server,
+                key: candidacy.key(),
+                grant: outcome.as_ref().ok().and_then(grant_of_ok),
+            };
             self.faults.response().await;
+            undelivered.grant = None;
             Ok(match outcome {
                 Ok(lease) => Acquisition::Granted(lease),
                 Err(holder) => Acquisition::Held(holder),
@@ -217,6 +232,10 @@ fn lease_from(candidacy: &Candidacy, grant: Grant, sent_at: Instant) -> Lease {
         sent_at,
         LeaseHandle::new(grant.id),
     )
+}
+
+fn grant_of_ok(lease: &Lease) -> Option<u64> {
+    lease.handle().get::<u64>().copied()
 }
 
 fn grant_of(lease: &Lease) -> Result<u64> {

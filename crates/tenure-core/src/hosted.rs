@@ -1,0 +1,331 @@
+//! Backends whose operations run on the heartbeat runtime.
+//!
+//! A networked backend writes its operations as plain async functions
+//! ([`HostedBackend`]) and gets [`LeaseBackend`] for free: each operation
+//! is checked, runs on the [heartbeat runtime](crate::heartbeat_runtime)
+//! next to the connection it uses, inside one span, and its result is handed
+//! over to the caller in one place that never loses a grant: if the caller
+//! has gone (its future was dropped) by the time a lease is granted, the
+//! lease is released on the spot.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::OnceLock;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
+
+use crate::{
+    heartbeat_runtime, AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error,
+    LeaderEvent, Lease, LeaseBackend, Result,
+};
+
+/// A backend written as plain async operations, run by tenure on the
+/// heartbeat runtime. Implement this instead of [`LeaseBackend`] (which every
+/// `HostedBackend` implements) when the backend owns network connections.
+///
+/// What the blanket [`LeaseBackend`] implementation does around each
+/// operation, so that the backend does not have to:
+///
+/// - checks the candidacy ([`check`](Self::check)) or key
+///   ([`check_key`](Self::check_key)) before anything is sent;
+/// - runs the operation on the heartbeat runtime, so a starved application
+///   runtime cannot stall it, in a span `tenure` with `op`, `backend`, `key`
+///   and `identity` fields;
+/// - hands the result over to the caller: if the caller dropped its future
+///   before the operation finished, the operation is dropped on the heartbeat
+///   runtime (its drop guards withdraw what it started); if the caller went
+///   away after a lease was granted but before it took the grant, the lease is
+///   released with [`release`](Self::release).
+///
+/// Drop guards that must still talk to the server (withdrawing a queued
+/// candidacy) should use [`spawn_cleanup`], so that
+/// [`LeaseBackend::close`] and `Elector::shutdown` wait for them.
+#[async_trait]
+pub trait HostedBackend: Clone + Send + Sync + Debug + 'static {
+    /// A short name for logs and errors (`etcd`, `zookeeper`, ...).
+    const NAME: &'static str;
+
+    /// What this backend promises; see [`LeaseBackend::capabilities`].
+    fn promises(&self) -> Capabilities;
+
+    /// Checks a candidacy before anything is sent; by default against
+    /// [`promises`](Self::promises).
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        self.promises().check(candidacy)
+    }
+
+    /// Checks a key before a watch is set up; by default against
+    /// [`promises`](Self::promises).
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        self.promises().check_key(key)
+    }
+
+    /// [`LeaseBackend::acquire`], on the heartbeat runtime, input checked.
+    async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition>;
+
+    /// [`LeaseBackend::renew`], on the heartbeat runtime.
+    async fn renew(&self, lease: Lease) -> Result<Lease>;
+
+    /// [`LeaseBackend::release`], on the heartbeat runtime; also called on a
+    /// grant that could not be handed over.
+    async fn release(&self, lease: Lease) -> Result<()>;
+
+    /// [`LeaseBackend::watch`], set up on the heartbeat runtime, key checked.
+    async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>>;
+
+    /// [`LeaseBackend::close`], on the heartbeat runtime, after every cleanup
+    /// started with [`spawn_cleanup`] has finished; by default nothing more.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<T: HostedBackend> LeaseBackend for T {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.promises()
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        HostedBackend::check(self, candidacy)?;
+        let span = op_span(
+            "acquire",
+            T::NAME,
+            candidacy.key(),
+            candidacy.identity().as_str(),
+        );
+        let (this, candidacy) = (self.clone(), candidacy.clone());
+        let releaser = self.clone();
+        hand_over(
+            T::NAME,
+            async move { HostedBackend::acquire(&this, candidacy, mode).await }.instrument(span),
+            move |undelivered: Result<Acquisition>| {
+                Box::pin(async move {
+                    if let Ok(Acquisition::Granted(lease)) = undelivered {
+                        release_undelivered(&releaser, lease).await;
+                    }
+                }) as BoxFuture<'static, ()>
+            },
+        )
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let span = op_span("renew", T::NAME, lease.key(), lease.holder().as_str());
+        let (this, lease) = (self.clone(), lease.clone());
+        on_heartbeat_runtime(
+            T::NAME,
+            async move { HostedBackend::renew(&this, lease).await }.instrument(span),
+        )
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let span = op_span("release", T::NAME, lease.key(), lease.holder().as_str());
+        let (this, lease) = (self.clone(), lease.clone());
+        on_heartbeat_runtime(
+            T::NAME,
+            async move { HostedBackend::release(&this, lease).await }.instrument(span),
+        )
+        .await
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        HostedBackend::check_key(self, key)?;
+        let span = op_span("watch", T::NAME, key, "");
+        let (this, key) = (self.clone(), key.clone());
+        on_heartbeat_runtime(
+            T::NAME,
+            async move { HostedBackend::watch(&this, key).await }.instrument(span),
+        )
+        .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        cleanups_finished().await;
+        let this = self.clone();
+        on_heartbeat_runtime(T::NAME, async move { HostedBackend::close(&this).await }).await
+    }
+}
+
+/// Releases a lease whose grant nobody took, logging what happened.
+async fn release_undelivered<T: HostedBackend>(backend: &T, lease: Lease) {
+    let span = op_span("release", T::NAME, lease.key(), lease.holder().as_str());
+    async {
+        match HostedBackend::release(backend, lease).await {
+            Ok(()) => tracing::debug!("released a grant whose campaign was dropped"),
+            Err(error) => {
+                tracing::warn!(%error, "could not release a grant whose campaign was dropped; it will expire")
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// The span of one backend operation.
+pub(crate) fn op_span(
+    op: &'static str,
+    backend: &'static str,
+    key: &ElectionKey,
+    identity: &str,
+) -> tracing::Span {
+    tracing::debug_span!("tenure", op, backend, key = key.as_str(), identity)
+}
+
+/// Runs `work` on the heartbeat runtime and waits for its result.
+///
+/// Dropping the returned future drops `work` on the heartbeat runtime (running
+/// its drop guards); a panic in `work` is resumed here. For a result that must
+/// not be lost if the caller goes away, [`HostedBackend`] hands it over with a
+/// release instead.
+pub async fn on_heartbeat_runtime<T, F>(backend: &'static str, work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+{
+    hand_over(backend, work, |_| Box::pin(async {})).await
+}
+
+/// Runs `work` on the heartbeat runtime and hands its result to the caller;
+/// a result the caller can no longer take goes to `undelivered`, as a cleanup.
+async fn hand_over<T, F, U>(backend: &'static str, work: F, undelivered: U) -> Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+    U: FnOnce(Result<T>) -> BoxFuture<'static, ()> + Send + 'static,
+{
+    let (result_tx, result_rx) = oneshot::channel::<Parcel<Result<T>>>();
+    let (cancel_tx, cancel_rx) = oneshot::channel::<CleanupGuard>();
+    let task = heartbeat_runtime().spawn(async move {
+        tokio::select! {
+            biased;
+            result = work => {
+                // If the caller is gone, or goes before it opens the parcel,
+                // the parcel's drop hands the result to `undelivered`.
+                let parcel = Parcel { value: Some(result), undelivered: Some(Box::new(undelivered)) };
+                let _ = result_tx.send(parcel);
+            }
+            cancelled = cancel_rx => {
+                // The caller dropped its future first: `work` is dropped here
+                // (its guards start their cleanups) before the guard that
+                // kept `cleanups_finished` waiting goes.
+                drop(cancelled);
+            }
+        }
+    });
+    let canceller = Canceller(Some(cancel_tx));
+    let outcome = result_rx.await;
+    drop(canceller.disarm());
+    match outcome {
+        Ok(parcel) => parcel.open(),
+        Err(_) => match task.await {
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(Error::Backend {
+                backend,
+                source: Box::new(e),
+            }),
+            Ok(()) => Err(Error::Backend {
+                backend,
+                source: "the operation ended without a result".into(),
+            }),
+        },
+    }
+}
+
+/// Cancels the operation when the caller's future is dropped before its result came.
+struct Canceller(Option<oneshot::Sender<CleanupGuard>>);
+
+impl Canceller {
+    fn disarm(mut self) -> Option<oneshot::Sender<CleanupGuard>> {
+        self.0.take()
+    }
+}
+
+impl Drop for Canceller {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            // Counted from now until the operation is dropped on its runtime.
+            let _ = tx.send(CleanupGuard::new());
+        }
+    }
+}
+
+type Undelivered<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
+
+/// A result on its way to the caller; dropped unopened, it goes to its
+/// `undelivered` cleanup instead of being lost.
+struct Parcel<T: Send + 'static> {
+    value: Option<T>,
+    undelivered: Option<Undelivered<T>>,
+}
+
+impl<T: Send + 'static> Parcel<T> {
+    fn open(mut self) -> T {
+        self.undelivered = None;
+        self.value.take().expect("a parcel is opened once")
+    }
+}
+
+impl<T: Send + 'static> Drop for Parcel<T> {
+    fn drop(&mut self) {
+        if let (Some(value), Some(undelivered)) = (self.value.take(), self.undelivered.take()) {
+            spawn_cleanup(undelivered(value));
+        }
+    }
+}
+
+/// How many cleanups are under way in this process.
+fn cleanups() -> &'static watch::Sender<usize> {
+    static COUNT: OnceLock<watch::Sender<usize>> = OnceLock::new();
+    COUNT.get_or_init(|| watch::Sender::new(0))
+}
+
+/// Keeps [`cleanups_finished`] waiting while it lives.
+struct CleanupGuard(());
+
+impl CleanupGuard {
+    fn new() -> Self {
+        cleanups().send_modify(|n| *n += 1);
+        CleanupGuard(())
+    }
+}
+
+impl Drop for CleanupGuard {
+    fn drop(&mut self) {
+        cleanups().send_modify(|n| *n -= 1);
+    }
+}
+
+/// Runs a cleanup (withdrawing a candidacy, releasing a grant nobody took)
+/// on the heartbeat runtime, counted until it finishes, so that
+/// [`LeaseBackend::close`] and `Elector::shutdown` wait for it. Backends call
+/// this from drop guards instead of spawning.
+pub fn spawn_cleanup<F>(cleanup: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let guard = CleanupGuard::new();
+    heartbeat_runtime().spawn(async move {
+        cleanup.await;
+        drop(guard);
+    });
+}
+
+/// Resolves when no cleanup started with [`spawn_cleanup`] (or by a dropped
+/// [`HostedBackend`] operation) is under way in this process.
+pub async fn cleanups_finished() {
+    let mut rx = cleanups().subscribe();
+    let _ = rx.wait_for(|n| *n == 0).await;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+//! The hand-over from the heartbeat runtime to the caller.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::*;
+use crate::{CandidateId, LeaseHandle};
+
+/// A backend whose acquire grants when `go` is notified, and which records
+/// what it released and which acquires were dropped midway.
+#[derive(Clone, Debug, Default)]
+struct Fake {
+    go: Arc<Notify>,
+    granted: Arc<Notify>,
+    released: Arc<Mutex<Vec<u64>>>,
+    dropped: Arc<Mutex<u32>>,
+    withdrawn: Arc<Mutex<u32>>,
+}
+
+struct CountDrop(Fake);
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        *self.0.dropped.lock().unwrap() += 1;
+        let fake = self.0.clone();
+        spawn_cleanup(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            *fake.withdrawn.lock().unwrap() += 1;
+        });
+    }
+}
+
+#[async_trait]
+impl HostedBackend for Fake {
+    const NAME: &'static str = "fake";
+
+    fn promises(&self) -> Capabilities {
+        Capabilities::new(true, true)
+    }
+
+    async fn acquire(&self, candidacy: Candidacy, _mode: AcquireMode) -> Result<Acquisition> {
+        let guard = CountDrop(self.clone());
+        self.go.notified().await;
+        std::mem::forget(guard);
+        let lease = Lease::new(
+            candidacy,
+            Some(crate::FencingToken::new(7)),
+            Instant::now(),
+            LeaseHandle::new(7u64),
+        );
+        self.granted.notify_one();
+        Ok(Acquisition::Granted(lease))
+    }
+
+    async fn renew(&self, lease: Lease) -> Result<Lease> {
+        if lease.key().as_str() == "panic" {
+            panic!("renew panicked");
+        }
+        Ok(lease)
+    }
+
+    async fn release(&self, lease: Lease) -> Result<()> {
+        let id = *lease.handle().get::<u64>().unwrap();
+        self.released.lock().unwrap().push(id);
+        Ok(())
+    }
+
+    async fn watch(&self, _key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        Ok(Box::pin(futures::stream::empty()))
+    }
+}
+
+fn candidacy(key: &str) -> Candidacy {
+    Candidacy::new(
+        ElectionKey::new(key).unwrap(),
+        CandidateId::new("a").unwrap(),
+        Duration::from_secs(2),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_grant_the_caller_never_took_is_released() {
+    let fake = Fake::default();
+    let c = candidacy("k");
+    let mut acquiring = Box::pin(LeaseBackend::acquire(&fake, &c, AcquireMode::Wait));
+    assert!((&mut acquiring).now_or_never().is_none());
+    fake.go.notify_one();
+    // The grant is made and on its way; the caller goes before taking it.
+    fake.granted.notified().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(acquiring);
+    cleanups_finished().await;
+    assert_eq!(*fake.released.lock().unwrap(), vec![7]);
+    assert_eq!(*fake.dropped.lock().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_grant_the_caller_took_is_not_released() {
+    let fake = Fake::default();
+    let c = candidacy("k");
+    fake.go.notify_one();
+    let got = LeaseBackend::acquire(&fake, &c, AcquireMode::Wait)
+        .await
+        .unwrap();
+    assert!(got.granted().is_some());
+    cleanups_finished().await;
+    assert!(fake.released.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_dropped_wait_drops_the_operation_and_close_waits_for_its_cleanup() {
+    let fake = Fake::default();
+    let c = candidacy("k");
+    let mut acquiring = Box::pin(LeaseBackend::acquire(&fake, &c, AcquireMode::Wait));
+    assert!((&mut acquiring).now_or_never().is_none());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(acquiring);
+    // The cleanup its drop guard started takes 50 ms; close waits for it.
+    LeaseBackend::close(&fake).await.unwrap();
+    assert_eq!(*fake.dropped.lock().unwrap(), 1);
+    assert_eq!(*fake.withdrawn.lock().unwrap(), 1);
+    assert!(fake.released.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn input_is_checked_before_the_operation_runs() {
+    let fake = Fake::default();
+    let c = Candidacy::new(
+        ElectionKey::new("k").unwrap(),
+        CandidateId::new("a").unwrap(),
+        Duration::from_nanos(1),
+    )
+    .unwrap();
+    let err = LeaseBackend::acquire(&fake, &c, AcquireMode::Once)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { field: "ttl", .. }),
+        "{err}"
+    );
+    assert_eq!(*fake.dropped.lock().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_panic_in_an_operation_reaches_the_caller() {
+    let fake = Fake::default();
+    let lease = Lease::new(
+        candidacy("panic"),
+        None,
+        Instant::now(),
+        LeaseHandle::new(1u64),
+    );
+    let caught = std::panic::AssertUnwindSafe(LeaseBackend::renew(&fake, &lease))
+        .catch_unwind()
+        .await;
+    assert!(caught.is_err());
+}
