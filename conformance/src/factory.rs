@@ -34,6 +34,9 @@ pub enum LinkFault {
     Pass,
     /// Every message is held back this long, each way split evenly.
     Delay(Duration),
+    /// Every answer (server to client) is held back this long; requests pass
+    /// at once.
+    DelayAnswers(Duration),
     /// Traffic is silently dropped (calls hang) until the link passes again.
     Blackhole,
 }
@@ -45,6 +48,13 @@ pub trait Link: Send + Sync + 'static {
     /// Applies `fault` to calls made from now on (and, for a blackhole, to
     /// calls in flight).
     async fn set(&self, fault: LinkFault) -> Result<()>;
+
+    /// When the link last forwarded something from the client towards the
+    /// server (on the test process's clock), if it keeps track: an upper
+    /// bound for the send time of every request the client made before.
+    fn last_request_at(&self) -> Option<tokio::time::Instant> {
+        None
+    }
 }
 
 /// Real-time settings for the cases, chosen per backend.
@@ -196,6 +206,14 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// Deletes the election's state on the servers out of band, as an
+    /// operator could (etcd: the election's keys; ZooKeeper: its znodes;
+    /// Kubernetes: the Lease object); the case that needs it is skipped
+    /// without it.
+    async fn wipe_election(&self, _key: &ElectionKey) -> Option<Result<()>> {
+        None
+    }
+
     /// Properties the backend documents it does not keep, beyond what its
     /// capabilities already say (`fencing: false`, `herd_free_wait: false`).
     fn gaps(&self) -> Vec<Gap> {
@@ -240,6 +258,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     fn candidate(&self) -> Option<CandidateCommand> {
         (**self).candidate()
+    }
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        (**self).wipe_election(key).await
     }
     fn gaps(&self) -> Vec<Gap> {
         (**self).gaps()

@@ -54,6 +54,7 @@ pub fn mode_for(fault: LinkFault) -> Mode {
         LinkFault::Pass => Mode::Pass,
         // The proxy holds each chunk in each direction: half each way.
         LinkFault::Delay(d) => Mode::Delay(d / 2),
+        LinkFault::DelayAnswers(d) => Mode::DelayAnswers(d),
         LinkFault::Blackhole => Mode::Blackhole,
     }
 }
@@ -66,5 +67,12 @@ impl Link for ProxyLink {
             proxy.set(mode);
         }
         Ok(())
+    }
+
+    fn last_request_at(&self) -> Option<tokio::time::Instant> {
+        self.proxies
+            .iter()
+            .filter_map(FaultProxy::last_request_at)
+            .max()
     }
 }

@@ -80,9 +80,14 @@ impl Link for MemoryLink {
                 faults.delay_requests(d / 2);
                 faults.delay_responses(d - d / 2);
             }
+            LinkFault::DelayAnswers(d) => faults.delay_responses(d),
             LinkFault::Blackhole => faults.cut_off(),
         }
         Ok(())
+    }
+
+    fn last_request_at(&self) -> Option<tokio::time::Instant> {
+        self.0.faults().last_request_at()
     }
 }
 
@@ -122,6 +127,11 @@ impl BackendFactory for MemoryFactory {
 
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
         Some(Ok(self.server.knows(key)))
+    }
+
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        self.server.wipe(key);
+        Some(Ok(()))
     }
 
     fn servers(&self) -> Option<&dyn ServerFaults> {

@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`Mode::Pass`] | bytes flow | accepted, connected upstream |
 //! | [`Mode::Delay`]`(d)` | each chunk is held `d` in each direction (a round trip gains `2d`) | accepted, connected upstream |
+//! | [`Mode::DelayAnswers`]`(d)` | each chunk from upstream is held `d`; chunks to upstream pass at once | accepted, connected upstream |
 //! | [`Mode::Blackhole`] | nothing flows either way; bytes are held, not dropped, and reads stop once a few chunks are held, so TCP backpressure builds as on a dead link | accepted (the handshake completes) but not connected upstream: the client waits |
 //! | [`Mode::Reset`] | closed with RST (`SO_LINGER` 0) on both sides | accepted and closed with RST at once: the first read fails with `ConnectionReset` |
 //!
@@ -19,6 +20,10 @@
 //! connected upstream then. Leaving `Reset` lets new connections work again;
 //! reset ones stay gone. Closes pass through in order: a FIN after the bytes
 //! before it, an RST (or any error) on one side resets the other.
+//!
+//! The proxy notes when it last forwarded bytes towards the upstream
+//! ([`FaultProxy::last_request_at`]), an upper bound for the send time of
+//! every request a client made before.
 //!
 //! Dropping the proxy stops listening and closes every connection.
 
@@ -41,6 +46,9 @@ pub enum Mode {
     Pass,
     /// Forward everything, each chunk `Duration` after it was read.
     Delay(Duration),
+    /// Forward what the client sends at once, and what the upstream answers
+    /// `Duration` after it was read.
+    DelayAnswers(Duration),
     /// Forward nothing, keep every connection open.
     Blackhole,
     /// Reset every connection, open or new.
@@ -54,6 +62,7 @@ pub struct FaultProxy {
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
     open: Arc<AtomicUsize>,
+    forwarded: Arc<std::sync::Mutex<Option<Instant>>>,
     accept_loop: JoinHandle<()>,
 }
 
@@ -64,12 +73,20 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
         let open = Arc::new(AtomicUsize::new(0));
-        let accept_loop = tokio::spawn(accept_loop(listener, upstream, mode_rx, open.clone()));
+        let forwarded = Arc::new(std::sync::Mutex::new(None));
+        let accept_loop = tokio::spawn(accept_loop(
+            listener,
+            upstream,
+            mode_rx,
+            open.clone(),
+            forwarded.clone(),
+        ));
         Ok(FaultProxy {
             addr,
             upstream,
             mode,
             open,
+            forwarded,
             accept_loop,
         })
     }
@@ -95,6 +112,11 @@ impl FaultProxy {
         *self.mode.borrow()
     }
 
+    /// When bytes from a client were last written towards the upstream.
+    pub fn last_request_at(&self) -> Option<Instant> {
+        *self.forwarded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Client connections currently open through the proxy.
     pub fn open_connections(&self) -> usize {
         self.open.load(Ordering::SeqCst)
@@ -114,13 +136,14 @@ async fn accept_loop(
     upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
     open: Arc<AtomicUsize>,
+    forwarded: Forwarded,
 ) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
-                    connections.spawn(serve(client, upstream, mode.clone(), open.clone()));
+                    connections.spawn(serve(client, upstream, mode.clone(), open.clone(), forwarded.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors or the like: back off briefly.
@@ -131,6 +154,18 @@ async fn accept_loop(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+}
+
+/// When bytes were last written towards the upstream.
+type Forwarded = Arc<std::sync::Mutex<Option<Instant>>>;
+
+/// Which way a pipe carries bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    /// Client to upstream: requests.
+    Requests,
+    /// Upstream to client: answers.
+    Answers,
 }
 
 /// Counts a connection as open for as long as it lives.
@@ -160,6 +195,7 @@ async fn serve(
     upstream: SocketAddr,
     mut mode: watch::Receiver<Mode>,
     open: Arc<AtomicUsize>,
+    forwarded: Forwarded,
 ) {
     let _open = OpenGuard::new(open);
     // Connect upstream only once something may flow.
@@ -172,7 +208,7 @@ async fn serve(
                     return;
                 }
             }
-            Mode::Pass | Mode::Delay(_) => break,
+            Mode::Pass | Mode::Delay(_) | Mode::DelayAnswers(_) => break,
         }
     }
     let mut server = match TcpStream::connect(upstream).await {
@@ -189,8 +225,20 @@ async fn serve(
         let (server_read, server_write) = server.split();
         let forward = async {
             tokio::try_join!(
-                pipe(client_read, server_write, mode.clone()),
-                pipe(server_read, client_write, mode.clone()),
+                pipe(
+                    client_read,
+                    server_write,
+                    mode.clone(),
+                    Direction::Requests,
+                    Some(forwarded)
+                ),
+                pipe(
+                    server_read,
+                    client_write,
+                    mode.clone(),
+                    Direction::Answers,
+                    None
+                ),
             )
             .is_ok()
         };
@@ -217,13 +265,24 @@ async fn until_reset(mut mode: watch::Receiver<Mode>) {
     }
 }
 
-/// Returns once a chunk read at `read_at` may be written.
-async fn until_forwardable(mode: &mut watch::Receiver<Mode>, read_at: Instant) {
+/// Returns once a chunk read at `read_at`, going `direction`, may be written.
+async fn until_forwardable(
+    mode: &mut watch::Receiver<Mode>,
+    read_at: Instant,
+    direction: Direction,
+) {
     loop {
         let current = *mode.borrow_and_update();
+        let delay = match current {
+            Mode::Delay(delay) => Some(delay),
+            Mode::DelayAnswers(delay) if direction == Direction::Answers => Some(delay),
+            _ => None,
+        };
         match current {
             Mode::Pass => return,
-            Mode::Delay(delay) => {
+            Mode::DelayAnswers(_) if delay.is_none() => return,
+            Mode::Delay(_) | Mode::DelayAnswers(_) => {
+                let delay = delay.expect("set for these modes");
                 tokio::select! {
                     () = tokio::time::sleep_until(read_at + delay) => return,
                     changed = mode.changed() => {
@@ -251,6 +310,8 @@ async fn pipe(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     mut mode: watch::Receiver<Mode>,
+    direction: Direction,
+    forwarded: Option<Forwarded>,
 ) -> std::io::Result<()> {
     let (chunks, mut pending) = mpsc::channel::<(Instant, Vec<u8>)>(8);
     let read = async move {
@@ -265,12 +326,15 @@ async fn pipe(
     };
     let write = async move {
         while let Some((read_at, chunk)) = pending.recv().await {
-            until_forwardable(&mut mode, read_at).await;
+            until_forwardable(&mut mode, read_at, direction).await;
             if chunk.is_empty() {
                 to.shutdown().await?;
                 return Ok(());
             }
             to.write_all(&chunk).await?;
+            if let Some(forwarded) = &forwarded {
+                *forwarded.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
         }
         Ok::<(), std::io::Error>(())
     };

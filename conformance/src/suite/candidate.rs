@@ -54,6 +54,7 @@ fn granted(
         })?;
     }
     let term = cx.safety().begin(
+        key.as_str(),
         lease.holder().as_str(),
         lease.token(),
         now,

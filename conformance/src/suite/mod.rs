@@ -4,11 +4,14 @@
 mod acquire;
 mod candidate;
 mod context;
+mod deadline;
+mod dropped;
 mod elector;
 mod faults;
 mod handover;
 mod herd;
 mod input;
+mod nested;
 mod nodes;
 mod process;
 mod release;
@@ -17,6 +20,7 @@ mod restart;
 mod runner;
 mod safety;
 mod servers;
+mod shutdown;
 mod tokens;
 mod watch;
 mod watcher;
@@ -31,6 +35,8 @@ pub use acquire::{
 };
 pub use candidate::{elector as elector_for, Holder, Leader, Standby};
 pub use context::{Context, Cx, Failure, Step};
+pub use deadline::deadline_counts_from_send_under_delayed_answers;
+pub use dropped::dropped_acquire_leaves_nothing;
 pub use elector::{
     crashed_leader_taken_over_after_ttl, partitioned_leader_steps_down_before_anyone_else_leads,
     resign_hands_over_at_once,
@@ -44,6 +50,7 @@ pub use input::{
     key_over_backend_max_len_is_invalid_argument, ttl_below_backend_minimum_is_invalid_argument,
     ttl_off_granularity_is_invalid_argument, ttl_zero_is_invalid_argument,
 };
+pub use nested::nested_keys_are_independent;
 pub use nodes::server_node_killed_leader_survives_or_fails_over;
 pub use process::{
     killed_candidate_taken_over_within_ttl_plus_1s, paused_candidate_loses_and_its_write_is_refused,
@@ -57,7 +64,8 @@ pub use restart::cluster_restart_tokens_keep_increasing;
 pub use runner::{run_all, run_case, run_one, Meta, Quiet};
 pub use safety::{FencedStore, SafetyRecorder, TermId, TermRecord, Write};
 pub use servers::servers_paused_longer_than_ttl_leader_steps_down;
-pub use tokens::tokens_strictly_increase;
+pub use shutdown::shutdown_releases_before_returning;
+pub use tokens::{token_increases_after_state_wiped, tokens_strictly_increase};
 pub use watch::{watch_reports_changes_in_order_and_vacancy, watch_starts_with_current_state};
 pub use watcher::Watcher;
 

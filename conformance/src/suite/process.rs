@@ -55,6 +55,7 @@ async fn leading_process(
             _,
         )) => {
             let term = cx.safety().begin(
+                key.as_str(),
                 identity.as_str(),
                 token.map(tenure_core::FencingToken::new),
                 from_ns(at_ns),

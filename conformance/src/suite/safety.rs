@@ -10,6 +10,8 @@ use tokio::time::Instant;
 /// One leadership term as its candidate saw it.
 #[derive(Clone, Debug)]
 pub struct TermRecord {
+    /// The election (terms of different keys may overlap).
+    pub key: String,
     /// The holder.
     pub holder: String,
     /// Its token, where the backend gives one.
@@ -51,9 +53,10 @@ impl SafetyRecorder {
         self.terms.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A raw lease granted to `holder`, learnt of at `start`.
+    /// A raw lease of `key` granted to `holder`, learnt of at `start`.
     pub fn begin(
         &self,
+        key: &str,
         holder: &str,
         token: Option<FencingToken>,
         start: Instant,
@@ -61,6 +64,7 @@ impl SafetyRecorder {
     ) -> TermId {
         let mut terms = self.terms();
         terms.push(TermRecord {
+            key: key.to_owned(),
             holder: holder.to_owned(),
             token,
             start,
@@ -74,6 +78,7 @@ impl SafetyRecorder {
     /// An Elector's term, whose deadline its renewer moves.
     pub fn begin_term(&self, term: &Term, start: Instant) -> TermId {
         let id = self.begin(
+            term.key().as_str(),
             term.identity().as_str(),
             term.token(),
             start,
@@ -117,13 +122,13 @@ impl SafetyRecorder {
         self.terms().iter().map(|t| t.token).collect()
     }
 
-    /// Every pair of overlapping terms, described.
+    /// Every pair of overlapping terms of one key, described.
     pub fn overlaps(&self) -> Vec<String> {
         let mut terms = self.terms().clone();
         terms.sort_by_key(|t| t.start);
         let mut found = Vec::new();
         for (i, a) in terms.iter().enumerate() {
-            for b in &terms[i + 1..] {
+            for b in terms[i + 1..].iter().filter(|b| b.key == a.key) {
                 if b.start < a.end() {
                     found.push(format!(
                         "{} (token {:?}) still valid for {:?} after {} (token {:?}) began",

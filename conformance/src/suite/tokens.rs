@@ -68,3 +68,73 @@ pub async fn tokens_strictly_increase(factory: Arc<dyn BackendFactory>) -> CaseR
     })
     .await
 }
+
+/// Deletes `key`'s state on the servers out of band (skipping the case
+/// where the factory cannot).
+async fn wipe(cx: &super::context::Cx, key: &tenure_core::ElectionKey) -> Step {
+    match cx.factory().wipe_election(key).await {
+        None => Err(Failure::Skip(
+            "the factory cannot delete an election's server state".into(),
+        )),
+        Some(result) => result.map_err(|e| Failure::Fail(format!("wiping the election: {e}"))),
+    }
+}
+
+/// While a candidate holds a key, its election's state on the servers is
+/// deleted out of band (as an operator could): the next grant's token is
+/// still greater than every earlier one, so the deposed holder's writes are
+/// refused, and the deposed holder learns of its loss at its next renewal.
+pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    let meta = Meta {
+        name: "token_increases_after_state_wiped",
+        contract: "9",
+        quiet: Quiet::Shared,
+    };
+    run_case(factory, meta, |cx| async move {
+        if !cx.caps().fencing {
+            return Err(Failure::Skip("capabilities: fencing = false".into()));
+        }
+        if !cx.caps().tokens_survive_state_loss {
+            return Err(Failure::Skip(
+                "capabilities: tokens_survive_state_loss = false (documented by the backend)"
+                    .into(),
+            ));
+        }
+        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
+        a.write();
+        wipe(&cx, &key).await?;
+        // Out of band: a is deposed without knowing; only fencing covers it now.
+        a.crash();
+        let b = Holder::acquire(&cx, &cb, &key, "b").await?;
+        b.write();
+        a.write(); // stale: the store must refuse it
+        let lost = a.renew().await;
+        cx.check(
+            Property::Contract,
+            lost.as_ref().is_err_and(|e| e.is_lease_lost()),
+            || format!("the deposed holder's renewal gave {lost:?}, not LeaseLost"),
+        )?;
+        wipe(&cx, &key).await?;
+        b.crash();
+        let c = Holder::acquire(&cx, &cc, &key, "c").await?;
+        c.write();
+        b.write();
+        let tokens = cx.safety().tokens();
+        let raw: Vec<String> = tokens
+            .iter()
+            .map(|t| t.map_or("none".into(), |t| t.to_string()))
+            .collect();
+        let raw = raw.join(", ");
+        let increasing = tokens
+            .windows(2)
+            .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
+        cx.check(Property::Fencing, increasing, || {
+            format!("tokens in grant order across two wipes: {raw}")
+        })?;
+        cx.note(format!("tokens {raw}"));
+        c.release().await
+    })
+    .await
+}

@@ -2,13 +2,14 @@
 //! at a time must fail the case that checks for it, and a backend that
 //! declares `fencing: false` gets its breaches recorded instead.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
-use tenure_conformance::factory::{BackendFactory, Client, Timing};
+use tenure_conformance::factory::{BackendFactory, Client, Link, LinkFault, Timing};
 use tenure_conformance::memory::memory_link;
 use tenure_conformance::suite;
 use tenure_conformance::{CaseReport, MemoryFactory, Outcome, Property};
@@ -38,6 +39,25 @@ enum Bug {
     WaitLeavesOrphan,
     /// Declares `fencing: false` and gives no tokens.
     NoFencing,
+    /// Deadlines count from when the answer arrived.
+    DeadlineFromAnswer,
+    /// Tokens restart after the election's server state is wiped.
+    TokensResetOnWipe,
+    /// A key's election also sees the elections nested under it (a prefix range).
+    NestedKeysShared,
+    /// A grant whose answer is still on its way is lost if the caller goes.
+    GrantLostInFlight,
+    /// Release returns at once and frees the key a little later.
+    ReleaseFireAndForget,
+}
+
+/// What the clients of one mutant server share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Grants made before the last wipe (`TokensResetOnWipe`).
+    wiped_at: AtomicU64,
+    /// Held keys and their holders (`NestedKeysShared`).
+    held: Mutex<HashMap<String, LeaderInfo>>,
 }
 
 #[derive(Debug)]
@@ -45,11 +65,44 @@ struct Mutant {
     inner: MemoryBackend,
     bug: Bug,
     attempts: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+    /// How long answers are held back (`GrantLostInFlight`; set by its link).
+    answer_delay: Arc<Mutex<Duration>>,
 }
 
 impl Mutant {
+    fn token(&self, token: Option<FencingToken>) -> Option<FencingToken> {
+        let wiped_at = self.shared.wiped_at.load(Ordering::SeqCst);
+        match token {
+            Some(t) if self.bug == Bug::TokensResetOnWipe && t.get() > wiped_at && wiped_at > 0 => {
+                Some(FencingToken::new(t.get() - wiped_at))
+            }
+            other => other,
+        }
+    }
+
+    /// The holder of an election nested under `key`, if any (`NestedKeysShared`).
+    fn nested_holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
+        if self.bug != Bug::NestedKeysShared {
+            return None;
+        }
+        let held = self.shared.held.lock().unwrap();
+        held.iter()
+            .find(|(k, _)| {
+                k.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('.'))
+            })
+            .map(|(_, info)| info.clone())
+    }
+
     fn lease(&self, lease: Lease) -> Lease {
         let c = lease.candidacy().clone();
+        let lease = Lease::new(
+            c.clone(),
+            self.token(lease.token()),
+            lease.sent_at(),
+            lease.handle().clone(),
+        );
         match self.bug {
             Bug::TokenStuck => Lease::new(
                 c,
@@ -78,6 +131,12 @@ impl Mutant {
                 token: Some(FencingToken::new(1)),
                 ..info
             }),
+            (Bug::TokensResetOnWipe, LeaderEvent::Elected(info)) => {
+                LeaderEvent::Elected(LeaderInfo {
+                    token: self.token(info.token),
+                    ..info
+                })
+            }
             (_, event) => event,
         }
     }
@@ -90,6 +149,45 @@ impl Mutant {
                 LeaderEvent::Vacant => unreachable!("mapped an election"),
             },
         }
+    }
+}
+
+impl Mutant {
+    fn clone_mutant(&self) -> Mutant {
+        Mutant {
+            inner: self.inner.clone(),
+            bug: self.bug,
+            attempts: self.attempts.clone(),
+            shared: self.shared.clone(),
+            answer_delay: self.answer_delay.clone(),
+        }
+    }
+}
+
+/// The link of a `GrantLostInFlight` client: held answers are the mutant's
+/// own delay; everything else goes to the memory client's faults.
+struct MutantLink {
+    memory: Arc<dyn Link>,
+    answer_delay: Arc<Mutex<Duration>>,
+}
+
+#[async_trait]
+impl Link for MutantLink {
+    async fn set(&self, fault: LinkFault) -> Result<()> {
+        match fault {
+            LinkFault::DelayAnswers(d) => {
+                *self.answer_delay.lock().unwrap() = d;
+                self.memory.set(LinkFault::Pass).await
+            }
+            other => {
+                *self.answer_delay.lock().unwrap() = Duration::ZERO;
+                self.memory.set(other).await
+            }
+        }
+    }
+
+    fn last_request_at(&self) -> Option<tokio::time::Instant> {
+        self.memory.last_request_at()
     }
 }
 
@@ -111,6 +209,14 @@ impl LeaseBackend for Mutant {
 
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         self.attempts.fetch_add(1, Ordering::Relaxed);
+        if let Some(holder) = self.nested_holder(candidacy.key()) {
+            if mode == AcquireMode::Once {
+                return Ok(Acquisition::Held(holder));
+            }
+            while self.nested_holder(candidacy.key()).is_some() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         let granted = match (self.bug, mode) {
             (Bug::WaitByPolling, AcquireMode::Wait) => loop {
                 match self.inner.acquire(candidacy, AcquireMode::Once).await? {
@@ -129,6 +235,32 @@ impl LeaseBackend for Mutant {
             }
             _ => self.inner.acquire(candidacy, mode).await?,
         };
+        let granted = match (self.bug, granted) {
+            (Bug::DeadlineFromAnswer, Acquisition::Granted(lease)) => {
+                let answered = tokio::time::Instant::now();
+                Acquisition::Granted(Lease::new(
+                    lease.candidacy().clone(),
+                    lease.token(),
+                    answered,
+                    lease.handle().clone(),
+                ))
+            }
+            (_, granted) => granted,
+        };
+        if let (Bug::NestedKeysShared, Acquisition::Granted(lease)) = (self.bug, &granted) {
+            self.shared.held.lock().unwrap().insert(
+                lease.key().as_str().to_owned(),
+                LeaderInfo {
+                    identity: lease.holder().clone(),
+                    token: lease.token(),
+                },
+            );
+        }
+        if self.bug == Bug::GrantLostInFlight {
+            // The answer travels back; dropped meanwhile, the grant is lost.
+            let delay = *self.answer_delay.lock().unwrap();
+            tokio::time::sleep(delay).await;
+        }
         Ok(self.acquisition(granted))
     }
 
@@ -137,29 +269,45 @@ impl LeaseBackend for Mutant {
             Err(e) if e.is_lease_lost() && self.bug == Bug::RenewNeverLost => {
                 Ok(lease.renewed(tokio::time::Instant::now(), lease.handle().clone()))
             }
+            Ok(renewed) if self.bug == Bug::DeadlineFromAnswer => {
+                Ok(renewed.renewed(tokio::time::Instant::now(), renewed.handle().clone()))
+            }
             other => other,
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        if self.bug == Bug::ReleaseByName {
-            self.inner.expire_now(lease.key());
-            return Ok(());
+        self.shared
+            .held
+            .lock()
+            .unwrap()
+            .remove(lease.key().as_str());
+        match self.bug {
+            Bug::ReleaseByName => {
+                self.inner.expire_now(lease.key());
+                Ok(())
+            }
+            Bug::ReleaseFireAndForget => {
+                let (inner, lease) = (self.inner.clone(), lease.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = inner.release(&lease).await;
+                });
+                Ok(())
+            }
+            _ => self.inner.release(lease).await,
         }
-        self.inner.release(lease).await
     }
 
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
         let events = self.inner.watch(key).await?;
         let skip = usize::from(self.bug == Bug::WatchSkipsCurrent);
-        let mutant = Mutant {
-            inner: self.inner.clone(),
-            bug: self.bug,
-            attempts: self.attempts.clone(),
-        };
-        Ok(events
-            .skip(skip)
-            .map(move |e| e.map(|e| mutant.event(e)))
+        let mutant = self.clone_mutant();
+        let nested = self
+            .nested_holder(key)
+            .map(|info| Ok(LeaderEvent::Elected(info)));
+        Ok(futures::stream::iter(nested)
+            .chain(events.skip(skip).map(move |e| e.map(|e| mutant.event(e))))
             .boxed())
     }
 }
@@ -168,6 +316,7 @@ struct MutantFactory {
     server: MemoryBackend,
     bug: Bug,
     attempts: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     name: String,
 }
 
@@ -177,6 +326,7 @@ impl MutantFactory {
             server: MemoryBackend::new(),
             bug,
             attempts: Arc::default(),
+            shared: Arc::default(),
             name: format!("mutant-{bug:?}"),
         })
     }
@@ -186,6 +336,8 @@ impl MutantFactory {
             inner,
             bug: self.bug,
             attempts: self.attempts.clone(),
+            shared: self.shared.clone(),
+            answer_delay: Arc::default(),
         }
     }
 }
@@ -200,10 +352,18 @@ impl BackendFactory for MutantFactory {
     }
     async fn client(&self) -> Result<Client> {
         let inner = self.server.client();
-        let link = Some(memory_link(&inner));
+        let mutant = self.mutant(inner.clone());
+        let memory = memory_link(&inner);
+        let link: Arc<dyn Link> = match self.bug {
+            Bug::GrantLostInFlight => Arc::new(MutantLink {
+                memory,
+                answer_delay: mutant.answer_delay.clone(),
+            }),
+            _ => memory,
+        };
         Ok(Client {
-            backend: Arc::new(self.mutant(inner)),
-            link,
+            backend: Arc::new(mutant),
+            link: Some(link),
         })
     }
     fn timing(&self) -> Timing {
@@ -220,6 +380,13 @@ impl BackendFactory for MutantFactory {
     }
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
         Some(Ok(self.server.knows(key)))
+    }
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        self.server.wipe(key);
+        self.shared
+            .wiped_at
+            .store(self.server.stats().grants, Ordering::SeqCst);
+        Some(Ok(()))
     }
 }
 
@@ -339,4 +506,49 @@ async fn unfenced_backend_gets_breaches_recorded_not_failed() {
             "{report:#?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_from_the_answer_fails_the_delayed_answers_case() {
+    let f = MutantFactory::planted(Bug::DeadlineFromAnswer);
+    failed_on(
+        &suite::deadline_counts_from_send_under_delayed_answers(f).await,
+        Property::Contract,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped() {
+    let f = MutantFactory::planted(Bug::TokensResetOnWipe);
+    failed_on(
+        &suite::token_increases_after_state_wiped(f).await,
+        Property::Fencing,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_elections_fail_nested_keys_are_independent() {
+    let f = MutantFactory::planted(Bug::NestedKeysShared);
+    failed_on(
+        &suite::nested_keys_are_independent(f).await,
+        Property::Contract,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing() {
+    let f = MutantFactory::planted(Bug::GrantLostInFlight);
+    failed_on(
+        &suite::dropped_acquire_leaves_nothing(f).await,
+        Property::Contract,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_returns_early_fails_shutdown_releases_before_returning() {
+    let f = MutantFactory::planted(Bug::ReleaseFireAndForget);
+    failed_on(
+        &suite::shutdown_releases_before_returning(f).await,
+        Property::Contract,
+    );
 }

@@ -76,6 +76,11 @@ impl KeyRule {
 pub struct Capabilities {
     /// Tokens strictly increase across grants of a key and survive the backend's own failures.
     pub fencing: bool,
+    /// Tokens keep increasing even when the election's state on the servers
+    /// is deleted out of band (an operator deleting the Lease, the etcd keys
+    /// or the znodes): the next grant's token is still greater than every
+    /// earlier one. Meaningless without `fencing`.
+    pub tokens_survive_state_loss: bool,
     /// A waiting acquire wakes only when it is next in line: O(1) backend writes per leadership change.
     pub herd_free_wait: bool,
     /// Smallest TTL the backend can honour.
@@ -103,6 +108,7 @@ impl Capabilities {
     pub fn new(fencing: bool, herd_free_wait: bool) -> Self {
         Capabilities {
             fencing,
+            tokens_survive_state_loss: fencing,
             herd_free_wait,
             min_ttl: Duration::from_millis(1),
             max_ttl: None,

@@ -301,7 +301,9 @@ impl Elector {
     /// and campaigns again, until [`shutdown`](Self::shutdown).
     ///
     /// Each term's lease is released before the next campaign starts, and
-    /// before `run` returns.
+    /// before `run` returns; [`shutdown`](Self::shutdown) waits for `run`
+    /// to return (so do not await `shutdown` inside `work`: `work` is
+    /// cancelled by it).
     ///
     /// `work` should pass `leadership.token()` with every write and may hand
     /// [`Leadership::term`] to the tasks it starts.
@@ -310,6 +312,8 @@ impl Elector {
         F: FnMut(Leadership) -> Fut,
         Fut: Future<Output = ()>,
     {
+        // `shutdown` waits for this to return.
+        let _active = Active::new(&self.inner.active);
         let mut shutdown = self.inner.shutdown.subscribe();
         loop {
             let leadership = match self.campaign().await {

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::{Error, Result};
 
@@ -22,12 +25,14 @@ struct FaultState {
 #[derive(Debug)]
 pub struct Faults {
     state: watch::Sender<FaultState>,
+    last_request: Mutex<Option<Instant>>,
 }
 
 impl Default for Faults {
     fn default() -> Self {
         Faults {
             state: watch::Sender::new(FaultState::default()),
+            last_request: Mutex::new(None),
         }
     }
 }
@@ -58,6 +63,11 @@ impl Faults {
         self.state.send_modify(|s| s.response_delay = delay);
     }
 
+    /// When the last request of this client reached the server.
+    pub fn last_request_at(&self) -> Option<Instant> {
+        *self.last_request.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Clears every fault.
     pub fn reset(&self) {
         self.state.send_replace(FaultState::default());
@@ -82,6 +92,7 @@ impl Faults {
         if !s.request_delay.is_zero() {
             tokio::time::sleep(s.request_delay).await;
         }
+        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         Ok(())
     }
 

@@ -96,6 +96,14 @@ impl MemoryBackend {
         self.server.expire_now(key);
     }
 
+    /// Deletes the election's state on the server out of band, as an
+    /// operator deleting the record would: the holder is gone at once (it
+    /// learns at its next renewal), the next waiter is granted. Tokens keep
+    /// increasing.
+    pub fn wipe(&self, key: &ElectionKey) {
+        self.server.wipe(key);
+    }
+
     /// Who holds `key` on the server now.
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         self.server.holder(key)

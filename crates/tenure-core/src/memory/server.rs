@@ -300,6 +300,14 @@ impl Server {
         st.settle(key, Instant::now());
     }
 
+    pub fn wipe(&self, key: &ElectionKey) {
+        let mut st = self.lock();
+        if let Some(ks) = st.keys.get_mut(key) {
+            ks.holder = None;
+        }
+        st.settle(key, Instant::now());
+    }
+
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         let st = self.lock_settled(key);
         st.keys.get(key).and_then(|ks| ks.event().leader().cloned())

@@ -1,0 +1,105 @@
+//! Contract point 5, with answers that come back late: the deadline counts
+//! from when the request left, never from when its answer arrived.
+
+use std::sync::Arc;
+
+use tenure_core::{AcquireMode, Acquisition, Lease};
+use tokio::time::Instant;
+
+use super::context::{Context, Cx, Failure, Step};
+use super::runner::{run_case, Meta, Quiet};
+use crate::factory::{BackendFactory, LinkFault};
+use crate::report::{CaseReport, Property};
+
+/// Checks that `lease`'s deadline is no later than one TTL (less the drift
+/// margin and expiry lead) after `forwarded`, the last instant the link
+/// forwarded a request of the call that produced it.
+fn counted_from_send(cx: &Cx, what: &str, lease: &Lease, forwarded: Instant) -> Step {
+    let full = lease.ttl() - lease.candidacy().drift_margin();
+    let bound = forwarded + full.saturating_sub(lease.expiry_lead());
+    cx.check(Property::Contract, lease.valid_until() <= bound, || {
+        format!(
+            "the {what}'s deadline is {:?} later than its last request's forwarding + TTL \
+             - drift margin - expiry lead: counted from the answer, not from the send",
+            lease.valid_until() - bound
+        )
+    })
+}
+
+/// The fault proxy holds back the answers to a grant, then (second round)
+/// to a renewal, for a quarter TTL each; the lease's `valid_until` must be at
+/// most the instant the proxy forwarded the call's last request plus TTL less
+/// the drift margin (and expiry lead). A backend stamping `sent_at` when the
+/// answer arrived is a quarter TTL late. (A quarter, not a half: a
+/// ZooKeeper client gives a connection up after a third of the session
+/// timeout without any answer.)
+pub async fn deadline_counts_from_send_under_delayed_answers(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "deadline_counts_from_send_under_delayed_answers",
+        contract: "5",
+        quiet: Quiet::Shared,
+    };
+    run_case(factory, meta, |cx| async move {
+        let client = cx.client().await?;
+        let Some(link) = client.link.clone() else {
+            return Err(Failure::Skip(
+                "the factory cannot delay a client's link".into(),
+            ));
+        };
+        let hold = cx.ttl() / 4;
+        let key = cx.new_key();
+        let candidacy = cx.candidacy(&key, "a");
+
+        link.set(LinkFault::DelayAnswers(hold))
+            .await
+            .ctx("holding a's answers")?;
+        let granted = client.backend.acquire(&candidacy, AcquireMode::Once).await;
+        let returned = Instant::now();
+        let forwarded = link.last_request_at();
+        link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
+        let lease = match granted.ctx("a acquires with its answers held back")? {
+            Acquisition::Granted(lease) => lease,
+            Acquisition::Held(info) => {
+                return Err(Failure::Fail(format!(
+                    "a vacant key is held by {}",
+                    info.identity
+                )))
+            }
+        };
+        let term = cx.safety().begin(
+            key.as_str(),
+            lease.holder().as_str(),
+            lease.token(),
+            returned,
+            lease.valid_until(),
+        );
+        let Some(forwarded) = forwarded else {
+            cx.safety().end(term, Instant::now());
+            let _ = client.backend.release(&lease).await;
+            return Err(Failure::Skip(
+                "the link does not tell when it forwarded a request".into(),
+            ));
+        };
+        counted_from_send(&cx, "grant", &lease, forwarded)?;
+
+        // A fresh renewal first: the grant took several delayed round trips.
+        let lease = client.backend.renew(&lease).await.ctx("a renews")?;
+        cx.safety().extend(term, lease.valid_until());
+        link.set(LinkFault::DelayAnswers(hold))
+            .await
+            .ctx("holding a's answers")?;
+        let renewed = client.backend.renew(&lease).await;
+        let forwarded = link.last_request_at();
+        link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
+        let renewed = renewed.ctx("a renews with its answers held back")?;
+        cx.safety().extend(term, renewed.valid_until());
+        let forwarded =
+            forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
+        counted_from_send(&cx, "renewal", &renewed, forwarded)?;
+        cx.safety().end(term, Instant::now());
+        client.backend.release(&renewed).await.ctx("a releases")
+    })
+    .await
+}

@@ -1,0 +1,145 @@
+//! `Elector::shutdown` and `run` release before they return: a process that
+//! exits right after them leaves nothing for a standby to wait out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::candidate::{elector, Leader, Standby};
+use super::context::{Context, Cx, Failure, Step};
+use super::runner::{run_case, Meta, Quiet};
+use crate::factory::{BackendFactory, Client, LinkFault};
+use crate::report::{CaseReport, Property};
+
+/// `link`'s process "exits": nothing it sends gets out any more.
+async fn exit(client: &Client) -> Step {
+    let link = client.link.as_ref().expect("checked by the case");
+    link.set(LinkFault::Blackhole)
+        .await
+        .ctx("cutting the exited process off")
+}
+
+/// The standby must lead within one round trip of `since`.
+async fn leads_at_once(cx: &Cx, standby: Standby, since: Instant, what: &str) -> Step<Leader> {
+    let round_trip = cx.timing().round_trip;
+    let left = (since + round_trip).saturating_duration_since(Instant::now());
+    match standby.leads(cx, left).await {
+        Err(Failure::Fail(why)) => {
+            cx.check(Property::Contract, false, || {
+                format!("after {what} returned and the process was cut off: {why}")
+            })?;
+            unreachable!("a failed check ends the case")
+        }
+        other => other,
+    }
+}
+
+/// Three ways out, each followed at once by cutting the process off (as if
+/// it exited): `shutdown()` of a leading elector, `shutdown()` while `run`
+/// leads (and `run` must have returned), and `shutdown()` of an elector
+/// whose campaign waits in line ahead of a standby. Each time the standby
+/// must lead within one round trip.
+pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    let meta = Meta {
+        name: "shutdown_releases_before_returning",
+        contract: "8, 11",
+        quiet: Quiet::Shared,
+    };
+    run_case(factory, meta, |cx| async move {
+        let (ca, cb, cc, cd) = (
+            cx.client().await?,
+            cx.client().await?,
+            cx.client().await?,
+            cx.client().await?,
+        );
+        if [&ca, &cb, &cc].iter().any(|c| c.link.is_none()) {
+            return Err(Failure::Skip("the factory cannot cut a client off".into()));
+        }
+        let round_trip = cx.timing().round_trip;
+        let key = cx.new_key();
+
+        // 1. A leads; B waits; A shuts down.
+        let a = elector(&cx, &ca, &key, "a")?;
+        let a_leads = Leader::campaign(&cx, &a, round_trip).await?;
+        let b = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
+        cx.until_waiting(&key, 1).await?;
+        cx.safety().end(a_leads.id, Instant::now());
+        a.shutdown().await;
+        let returned = Instant::now();
+        exit(&ca).await?;
+        cx.check(Property::Contract, !a_leads.term.is_valid(), || {
+            "a still believes it leads after shutdown returned".into()
+        })?;
+        let mut b_leads = leads_at_once(&cx, b, returned, "a's shutdown").await?;
+
+        // 2. C runs the leader's work through `run`; B resigns; C leads; C shuts down.
+        let c = elector(&cx, &cc, &key, "c")?;
+        let running = {
+            let (c, cx) = (c.clone(), cx.clone());
+            tokio::spawn(async move {
+                c.run(|leadership| {
+                    let cx = cx.clone();
+                    async move {
+                        let _leader = Leader::new(&cx, leadership);
+                        std::future::pending::<()>().await
+                    }
+                })
+                .await
+            })
+        };
+        cx.until_waiting(&key, 1).await?;
+        let c_led = cx.safety().len();
+        b_leads.resign().await?;
+        let led_by = Instant::now() + round_trip;
+        while cx.safety().len() == c_led && Instant::now() < led_by {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        cx.check(Property::Contract, cx.safety().len() > c_led, || {
+            format!("c's run did not lead within {round_trip:?} of b's resignation")
+        })?;
+        let d = Standby::start(&cx, elector(&cx, &cd, &key, "d")?);
+        cx.until_waiting(&key, 1).await?;
+        c.shutdown().await;
+        let returned = Instant::now();
+        exit(&cc).await?;
+        // Shutdown waits for `run` to return; its task ends right after.
+        let ran = cx
+            .within(
+                Duration::from_millis(20),
+                "run returning after shutdown",
+                running,
+            )
+            .await?;
+        ran.map_err(|e| Failure::Fail(format!("run task: {e}")))?
+            .ctx("run")?;
+        let mut d_leads = leads_at_once(&cx, d, returned, "c's shutdown (c was in run)").await?;
+
+        // 3. B waits in line right behind D, E behind B; B shuts down; D resigns.
+        let b = elector(&cx, &cb, &key, "b2")?;
+        let b_waits = {
+            let b = b.clone();
+            tokio::spawn(async move { b.campaign().await })
+        };
+        cx.until_waiting(&key, 1).await?;
+        let ce = cx.client().await?;
+        let e = Standby::start(&cx, elector(&cx, &ce, &key, "e")?);
+        cx.until_waiting(&key, 2).await?;
+        b.shutdown().await;
+        let withdrew = b_waits
+            .await
+            .map_err(|e| Failure::Fail(format!("campaign task: {e}")))?;
+        cx.check(
+            Property::Contract,
+            matches!(withdrew, Err(tenure_core::Error::Shutdown)),
+            || format!("b's pending campaign ended with {withdrew:?}, not Shutdown"),
+        )?;
+        exit(&cb).await?;
+        let resigned = Instant::now();
+        d_leads.resign().await?;
+        let mut e_leads =
+            leads_at_once(&cx, e, resigned, "b's shutdown while it waited in line").await?;
+        e_leads.resign().await
+    })
+    .await
+}
