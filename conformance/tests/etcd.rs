@@ -106,6 +106,19 @@ impl BackendFactory for EtcdFactory {
         Some(self.count_keys(key).await.map(|n| n > 0))
     }
 
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        let options = tenure_etcd::etcd_client::DeleteOptions::new().with_prefix();
+        Some(
+            self.inspector
+                .client()
+                .kv_client()
+                .delete(format!("{}/", key.as_str()), Some(options))
+                .await
+                .map(drop)
+                .map_err(harness),
+        )
+    }
+
     fn servers(&self) -> Option<&dyn ServerFaults> {
         Some(&self.servers)
     }

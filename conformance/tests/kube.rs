@@ -235,6 +235,19 @@ impl BackendFactory for KubeFactory {
         )
     }
 
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        let deleted = self
+            .inspector
+            .api()
+            .delete(key.as_str(), &Default::default())
+            .await;
+        Some(match deleted {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(harness(e)),
+        })
+    }
+
     fn servers(&self) -> Option<&dyn ServerFaults> {
         match &self.deployment {
             Deployment::TestServer { servers, .. } => Some(servers),

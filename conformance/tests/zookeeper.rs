@@ -105,6 +105,29 @@ impl ZooKeeperFactory {
     }
 }
 
+impl ZooKeeperFactory {
+    /// Deletes an election's znodes: every child, then the election node.
+    async fn wipe(&self, key: &ElectionKey) -> Result<()> {
+        let client = self.inspector.client().await?;
+        let path = self.inspector.election_path(key);
+        let children = match client.list_children(&path).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(()),
+            Err(e) => return Err(harness(e)),
+        };
+        for child in children {
+            match client.delete(&format!("{path}/{child}"), None).await {
+                Ok(()) | Err(ZkError::NoNode) => {}
+                Err(e) => return Err(harness(e)),
+            }
+        }
+        match client.delete(&path, None).await {
+            Ok(()) | Err(ZkError::NoNode | ZkError::NotEmpty) => Ok(()),
+            Err(e) => Err(harness(e)),
+        }
+    }
+}
+
 #[async_trait]
 impl BackendFactory for ZooKeeperFactory {
     fn name(&self) -> &str {
@@ -186,6 +209,10 @@ impl BackendFactory for ZooKeeperFactory {
 
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
         Some(self.count_children(key).await.map(|n| n > 0))
+    }
+
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        Some(self.wipe(key).await)
     }
 
     fn servers(&self) -> Option<&dyn ServerFaults> {

@@ -78,6 +78,9 @@ impl Acquisition {
 /// 11. **close**: [`close`](Self::close) returns only once every candidacy
 ///     this client withdrew and every grant it could not hand over is gone
 ///     from the server, and its connections or sessions are closed.
+/// 12. **independent keys**: treat every key as its own election, never as a
+///     prefix: holding `a/b` (or `a.b`) says nothing about `a`, and the
+///     reverse.
 ///
 /// A backend MUST NOT compare timestamps across machines to judge expiry.
 #[async_trait]
