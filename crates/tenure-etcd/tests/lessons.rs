@@ -4,21 +4,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{candidacy, connect, etcd, keys, TTL};
+use common::{candidacy, connect, connect_proxied, etcd, hold, key_of, keys, TTL};
+use tenure_conformance::{Link, LinkFault};
 use tenure_core::{AcquireMode, Acquisition, Error, LeaseBackend};
 use tenure_etcd::EtcdOptions;
 use tokio::time::Instant;
-
-async fn hold(backend: &tenure_etcd::EtcdBackend, key: &str, who: &str) -> tenure_core::Lease {
-    match backend
-        .acquire(&candidacy(key, who), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("held by {h:?}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn key_layout_and_token_match_concurrency_election() {
@@ -202,4 +192,116 @@ async fn a_ttl_below_the_servers_minimum_is_refused_and_leaves_nothing() {
         Err(Error::InvalidArgument { field: "ttl", .. })
     ));
     assert!(keys(&a, "tiny/").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_whose_key_went_after_its_predecessor_does_not_claim_from_history() {
+    // A leads, B waits on A, C waits on B. A's key goes, then B's (by hand,
+    // `etcdctl lease revoke`, or etcd#15247's stalled leader), before B has
+    // heard of A's going: B's answers are slow. Read as of A's deletion, B's
+    // key was there and first in line; it is not there now, and C leads.
+    let cluster = etcd().await;
+    let (a, c) = (
+        connect(&cluster, EtcdOptions::default()).await,
+        connect(&cluster, EtcdOptions::default()).await,
+    );
+    let (b, b_link) = connect_proxied(&cluster, EtcdOptions::default()).await;
+    let lease_a = hold(&a, "history", "a").await;
+    let b_waits = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let outcome = b
+                .acquire(&candidacy("history", "b"), AcquireMode::Wait)
+                .await;
+            (Instant::now(), outcome)
+        })
+    };
+    let b_key = key_of(&a, "history/", "b").await;
+    let c_waits = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let outcome = c
+                .acquire(&candidacy("history", "c"), AcquireMode::Wait)
+                .await;
+            (Instant::now(), outcome)
+        })
+    };
+    key_of(&a, "history/", "c").await;
+    // Let both watches settle on their predecessors.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    b_link
+        .set(LinkFault::Delay(Duration::from_millis(600)))
+        .await
+        .unwrap();
+    a.release(&lease_a).await.unwrap();
+    a.client().kv_client().delete(b_key, None).await.unwrap();
+    let deleted_at = Instant::now();
+
+    let (c_led_at, c_outcome) = c_waits.await.unwrap();
+    let c_lease = c_outcome
+        .expect("c's campaign")
+        .granted()
+        .expect("c leads once a and b are gone");
+    // c renews, as its Elector would.
+    let (c_valid_until, c_valid_rx) = tokio::sync::watch::channel(c_lease.valid_until());
+    let c_renews = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut lease = c_lease;
+            loop {
+                tokio::time::sleep(TTL / 3).await;
+                lease = c.renew(&lease).await.expect("c renews");
+                c_valid_until.send_replace(lease.valid_until());
+            }
+        })
+    };
+    let (b_ended_at, b_outcome) = b_waits.await.unwrap();
+    c_renews.abort();
+    match b_outcome {
+        Ok(Acquisition::Granted(b_lease)) => {
+            let since = |t: Instant| t.saturating_duration_since(deleted_at);
+            let c_until = *c_valid_rx.borrow();
+            panic!(
+                "two leaders: b was granted on a key that was gone, while c led \
+                 (times from b's key's deletion: b granted at {:?}, valid until {:?}; \
+                 c granted at {:?}, valid until at least {:?})",
+                since(b_ended_at),
+                since(b_lease.valid_until()),
+                since(c_led_at),
+                since(c_until),
+            )
+        }
+        Ok(Acquisition::Held(holder)) => panic!("a waiting campaign reported {holder:?}"),
+        Err(error) => assert!(error.is_retryable(), "{error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_never_takes_an_abandoned_renewals_answer_as_its_own() {
+    let cluster = etcd().await;
+    let (a, link) = connect_proxied(&cluster, EtcdOptions::default()).await;
+    let lease = hold(&a, "abandoned", "a").await;
+    // The first renewal opens the keep-alive stream.
+    let lease = a.renew(&lease).await.unwrap();
+
+    let round_trip = Duration::from_millis(800);
+    link.set(LinkFault::Delay(round_trip)).await.unwrap();
+    // A renewal given up after its keep-alive went out (its caller timed out
+    // or was dropped): the answer still comes, later.
+    let abandoned = tokio::time::timeout(round_trip / 4, a.renew(&lease)).await;
+    assert!(abandoned.is_err(), "the renewal beat the delay");
+    tokio::time::sleep(round_trip * 3 / 2).await;
+
+    // The next renewal: one keep-alive round trip, then one read of our key.
+    let started = Instant::now();
+    let renewed = a.renew(&lease).await.expect("the lease lives");
+    let took = started.elapsed();
+    assert!(
+        took >= round_trip * 2,
+        "the renewal took {took:?}, less than its own keep-alive and key check \
+         ({:?}): it took the abandoned renewal's answer as its own",
+        round_trip * 2
+    );
+    assert!(renewed.is_valid());
 }

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_conformance::harness::{Cluster, Topology};
-use tenure_core::{Candidacy, CandidateId, ElectionKey};
+use tenure_conformance::ProxyLink;
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend,
+};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 
 pub const TTL: Duration = Duration::from_secs(2);
@@ -22,6 +25,49 @@ pub async fn connect(cluster: &Cluster, options: EtcdOptions) -> Arc<EtcdBackend
             .await
             .expect("connect"),
     )
+}
+
+/// A client whose every byte goes through a fault proxy (`link`).
+pub async fn connect_proxied(
+    cluster: &Cluster,
+    options: EtcdOptions,
+) -> (Arc<EtcdBackend>, Arc<ProxyLink>) {
+    let nodes: Vec<_> = cluster.nodes().iter().map(|n| n.addr()).collect();
+    let (link, addrs) = ProxyLink::start_all(&nodes).await.expect("proxy");
+    let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let backend = EtcdBackend::connect(&endpoints, options)
+        .await
+        .expect("connect through the proxy");
+    (Arc::new(backend), link)
+}
+
+/// A one-shot acquire that must be granted.
+pub async fn hold(backend: &EtcdBackend, key: &str, who: &str) -> Lease {
+    match backend
+        .acquire(&candidacy(key, who), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(h) => panic!("{key} is held by {h:?}"),
+    }
+}
+
+/// The key of `who`'s candidacy under `prefix`, once it exists.
+pub async fn key_of(backend: &EtcdBackend, prefix: &str, who: &str) -> String {
+    tenure_conformance::harness::wait_for(
+        format!("{who}'s key under {prefix}"),
+        Duration::from_secs(5),
+        || async {
+            keys(backend, prefix)
+                .await
+                .into_iter()
+                .find(|(_, value, _)| value == who)
+                .map(|(key, _, _)| key)
+        },
+    )
+    .await
+    .unwrap()
 }
 
 pub fn candidacy(key: &str, identity: &str) -> Candidacy {
