@@ -36,7 +36,25 @@ pub(crate) fn node_prefix() -> String {
     )
 }
 
-/// The text Curator sorts a child by: what follows the last `latch-`.
+/// Whether a child of an election node is a candidate's node: Curator's
+/// `latch-<sequence>`, or with its protected-mode prefix
+/// `_c_<uuid>-latch-<sequence>` (tenure's). Nothing else under an election
+/// node is a candidate: above all not the election node of a nested key
+/// (`k/b`'s node `b` is a child of `k`'s), so elections `k` and `k/b` are
+/// independent.
+pub(crate) fn is_candidate(name: &str) -> bool {
+    let Some(i) = name.rfind(LOCK_NAME) else {
+        return false;
+    };
+    let (head, sequence) = (&name[..i], &name[i + LOCK_NAME.len()..]);
+    // ZooKeeper appends `%010d` of a signed counter.
+    let digits = sequence.strip_prefix('-').unwrap_or(sequence);
+    let sequence_ok = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    let head_ok = head.is_empty() || (head.starts_with("_c_") && head.ends_with('-'));
+    sequence_ok && head_ok
+}
+
+/// The text Curator sorts a candidate by: what follows the last `latch-`.
 fn sort_key(name: &str) -> &str {
     match name.rfind(LOCK_NAME) {
         Some(i) => &name[i + LOCK_NAME.len()..],
@@ -44,10 +62,12 @@ fn sort_key(name: &str) -> &str {
     }
 }
 
-/// The election's children in Curator's order: the leader first.
-pub(crate) fn sorted(mut children: Vec<String>) -> Vec<String> {
-    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
-    children
+/// The candidates among an election's children, in Curator's order: the
+/// leader first. Other children (nested elections) are left out.
+pub(crate) fn candidates(children: Vec<String>) -> Vec<String> {
+    let mut candidates: Vec<String> = children.into_iter().filter(|c| is_candidate(c)).collect();
+    candidates.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+    candidates
 }
 
 /// Who a candidate node says leads: identity from its data (the node name
@@ -61,7 +81,7 @@ pub(crate) fn leader_info(name: &str, data: &[u8], stat: &Stat) -> Result<Leader
     })
 }
 
-/// The election's children, `None` if the election node does not exist.
+/// The election's candidates, `None` if the election node does not exist.
 pub(crate) async fn children(
     client: &Client,
     election: &str,
@@ -74,7 +94,7 @@ pub(crate) async fn children(
     )
     .await?
     {
-        Ok(children) => Ok(Some(sorted(children))),
+        Ok(children) => Ok(Some(candidates(children))),
         Err(ZkError::NoNode) => Ok(None),
         Err(e) => Err(map(e)),
     }
@@ -104,7 +124,7 @@ where
     .map_err(map)
 }
 
-/// The election's children as of after a `sync` sent just before the read
+/// The election's candidates as of after a `sync` sent just before the read
 /// (pipelined: one round trip through the quorum leader), `None` if the
 /// election node does not exist. Unlike a plain read on a follower, this
 /// view holds every change committed before the sync was sent, such as a
@@ -121,11 +141,11 @@ pub(crate) async fn children_synced(
     match (synced, listed) {
         (Err(ZkError::NoNode), _) | (Ok(()), Err(ZkError::NoNode)) => Ok(None),
         (Err(e), _) | (Ok(()), Err(e)) => Err(map(e)),
-        (Ok(()), Ok(children)) => Ok(Some(sorted(children))),
+        (Ok(()), Ok(children)) => Ok(Some(candidates(children))),
     }
 }
 
-/// The current leader among sorted `children`: the first whose data can be read.
+/// The current leader among `candidates` (in order): the first whose data can be read.
 pub(crate) async fn leader(
     client: &Client,
     election: &str,
@@ -245,7 +265,7 @@ pub(crate) struct Position {
     /// Our node exists, is the one we created, and its ephemeralOwner is the
     /// client's current session (CURATOR-696).
     pub ours: bool,
-    /// The children in order.
+    /// The candidates in order (see [`candidates`]).
     pub children: Vec<String>,
 }
 
@@ -269,7 +289,7 @@ pub(crate) async fn position(
     synced.map_err(map)?;
     let mut read = read.map_err(map)?.into_iter();
     let children = match read.next() {
-        Some(MultiReadResult::Children { children }) => sorted(children),
+        Some(MultiReadResult::Children { children }) => candidates(children),
         Some(MultiReadResult::Error {
             err: ZkError::NoNode,
         }) => Vec::new(),
@@ -332,5 +352,48 @@ pub(crate) async fn delete(client: &Client, node_path: &str, settings: &Settings
     {
         Ok(()) | Err(ZkError::NoNode) | Err(ZkError::SessionExpired) => Ok(()),
         Err(e) => Err(map(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_latch_nodes_are_candidates() {
+        let prefix = node_prefix();
+        assert!(is_candidate(&format!("{prefix}0000000007")));
+        assert!(is_candidate("latch-0000000007"));
+        assert!(is_candidate("latch--2147483648"));
+        for other in [
+            "b",
+            "latch-",
+            "latch-b",
+            "latch-0000000007x",
+            "x-latch-0000000007",
+            "_c_x-latch-",
+            "0000000007",
+        ] {
+            assert!(!is_candidate(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn candidates_leave_nested_elections_out_and_sort_by_sequence() {
+        let names = vec![
+            "b".to_owned(),
+            "_c_2-latch-0000000003".to_owned(),
+            "latch-0000000002".to_owned(),
+            "_c_1-latch-0000000001".to_owned(),
+            "0000000000".to_owned(),
+        ];
+        assert_eq!(
+            candidates(names),
+            [
+                "_c_1-latch-0000000001",
+                "latch-0000000002",
+                "_c_2-latch-0000000003"
+            ]
+        );
     }
 }

@@ -321,7 +321,9 @@ impl HostedBackend for ZooKeeperBackend {
         caps
     }
 
-    /// The capabilities' rules, and not ZooKeeper's own `/zookeeper` tree.
+    /// The capabilities' rules, not ZooKeeper's own `/zookeeper` tree, and
+    /// no segment named like a candidate node (`latch-<sequence>`), which
+    /// the election above it would count as a candidate.
     fn check_key(&self, key: &ElectionKey) -> Result<()> {
         self.promises().check_key(key)?;
         let path = self.election_path(key);
@@ -329,6 +331,15 @@ impl HostedBackend for ZooKeeperBackend {
             return Err(Error::invalid(
                 "key",
                 format!("{path:?} is inside ZooKeeper's reserved /zookeeper tree"),
+            ));
+        }
+        if let Some(segment) = key.as_str().split('/').find(|s| latch::is_candidate(s)) {
+            return Err(Error::invalid(
+                "key",
+                format!(
+                    "segment {segment:?} is named like a candidate node (latch-<sequence>): \
+                     the election above it would take it for a candidate"
+                ),
             ));
         }
         Ok(())

@@ -27,7 +27,7 @@ async fn current(
         .await?;
         match listed {
             Ok((children, watcher)) => {
-                let children = latch::sorted(children);
+                let children = latch::candidates(children);
                 let event = match latch::leader(client, election, &children, settings).await? {
                     Some(info) => LeaderEvent::Elected(info),
                     None => LeaderEvent::Vacant,

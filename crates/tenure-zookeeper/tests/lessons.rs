@@ -5,25 +5,19 @@ mod common;
 use std::time::Duration;
 
 use common::{candidacy, children, connect, connect_to, plain, zookeeper, TTL};
+use futures::StreamExt;
 use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::proxy::{FaultProxy, Mode};
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, Lease,
-    LeaseBackend,
+    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaderEvent,
+    Lease, LeaseBackend,
 };
 use tenure_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::time::Instant;
 
 async fn hold(backend: &ZooKeeperBackend, key: &str, who: &str) -> Lease {
-    match backend
-        .acquire(&candidacy(key, who), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("held by {h:?}"),
-    }
+    common::hold(backend, &candidacy(key, who)).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -495,4 +489,58 @@ async fn a_request_cut_off_by_a_silent_server_fails_retryably() {
         Ok(acquisition) => panic!("acquired through a silent server: {acquisition:?}"),
     }
     proxy.set(Mode::Pass);
+}
+
+/// Issue 12: elections `k` and `k/b` are independent, though `k/b`'s
+/// election node is a child of `k`'s: only candidate nodes count as
+/// candidates (in a single attempt, a wait and a watch).
+#[tokio::test(flavor = "multi_thread")]
+async fn nested_elections_are_independent() {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let inner = hold(&a, "nest/b", "a").await;
+    let mut watch = b.watch(&ElectionKey::new("nest").unwrap()).await.unwrap();
+    let outer = hold(&b, "nest", "b").await;
+    let first = watch.next().await.unwrap().unwrap();
+    assert_eq!(
+        first,
+        LeaderEvent::Vacant,
+        "with nest/b held, a watch of nest began with {first:?}"
+    );
+    let next = tokio::time::timeout(Duration::from_secs(2), watch.next())
+        .await
+        .expect("the watch of nest saw no leader")
+        .unwrap()
+        .unwrap();
+    match next {
+        LeaderEvent::Elected(info) => assert_eq!(info.identity.as_str(), "b"),
+        other => panic!("the watch of nest saw {other:?}"),
+    }
+    b.release(&outer).await.unwrap();
+    // A waiting acquire does not queue behind the inner election's node.
+    let waited = tokio::time::timeout(
+        Duration::from_secs(2),
+        b.acquire(&candidacy("nest", "b"), AcquireMode::Wait),
+    )
+    .await
+    .expect("a wait on nest queued behind nest/b")
+    .unwrap();
+    b.release(&waited.granted().expect("granted"))
+        .await
+        .unwrap();
+    a.release(&inner).await.unwrap();
+
+    // The other way round: with `nest2` held, `nest2/b` is free.
+    let outer = hold(&a, "nest2", "a").await;
+    let inner = hold(&b, "nest2/b", "b").await;
+    b.release(&inner).await.unwrap();
+    a.release(&outer).await.unwrap();
+    // A key whose node `nest` would take for a candidate is refused.
+    match a
+        .acquire(&candidacy("nest/latch-0000000001", "a"), AcquireMode::Once)
+        .await
+    {
+        Err(Error::InvalidArgument { field: "key", .. }) => {}
+        other => panic!("expected InvalidArgument(key), got {other:?}"),
+    }
 }

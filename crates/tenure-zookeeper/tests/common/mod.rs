@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_conformance::harness::{Cluster, Topology};
-use tenure_core::{Candidacy, CandidateId, ElectionKey};
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend,
+};
 use tenure_zookeeper::zookeeper_client::Client;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 
@@ -62,4 +64,46 @@ pub async fn children(client: &Client, path: &str) -> Vec<String> {
     let mut c = client.list_children(path).await.unwrap_or_default();
     c.sort();
     c
+}
+
+/// A candidacy with its own TTL (which must be its backend's session timeout).
+pub fn candidacy_with_ttl(key: &str, identity: &str, ttl: Duration) -> Candidacy {
+    Candidacy::new(
+        ElectionKey::new(key).unwrap(),
+        CandidateId::new(identity).unwrap(),
+        ttl,
+    )
+    .unwrap()
+}
+
+/// Takes the lease at once, or panics naming who holds it.
+pub async fn hold(backend: &ZooKeeperBackend, candidacy: &Candidacy) -> Lease {
+    match backend.acquire(candidacy, AcquireMode::Once).await.unwrap() {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(h) => panic!("{} is held by {h:?}", candidacy.key()),
+    }
+}
+
+/// The children of an election node owned by `session`.
+pub async fn owned_by(client: &Client, path: &str, session: i64) -> Vec<String> {
+    let mut owned = Vec::new();
+    for name in children(client, path).await {
+        if let Ok((_, stat)) = client.get_data(&format!("{path}/{name}")).await {
+            if stat.ephemeral_owner == session {
+                owned.push(name);
+            }
+        }
+    }
+    owned
+}
+
+/// Waits until the election node has `n` children.
+pub async fn until_children(client: &Client, path: &str, n: usize) {
+    tenure_conformance::harness::wait_for(
+        format!("{n} children of {path}"),
+        Duration::from_secs(10),
+        || async move { (children(client, path).await.len() == n).then_some(()) },
+    )
+    .await
+    .unwrap();
 }
