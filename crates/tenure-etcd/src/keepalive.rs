@@ -8,9 +8,16 @@ use crate::Settings;
 use tenure_core::{Error, Result};
 
 /// One lease's keep-alive stream. A broken stream is reopened on the next call.
+///
+/// Answers on the stream carry nothing that ties them to a request, so a
+/// call abandoned between sending its keep-alive and reading the answer
+/// (its future dropped) would leave that answer for the next call to take as
+/// its own, counting an old renewal from a later send. `in_flight` marks
+/// such a call; the next one drops the stream and opens a fresh one.
 pub(crate) struct KeepAlive {
     lease_id: i64,
     stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    in_flight: bool,
 }
 
 /// What a keep-alive told us.
@@ -26,7 +33,13 @@ impl KeepAlive {
         KeepAlive {
             lease_id,
             stream: None,
+            in_flight: false,
         }
+    }
+
+    fn reset(&mut self) {
+        self.stream = None;
+        self.in_flight = false;
     }
 
     /// Sends one keep-alive and waits for its answer.
@@ -35,36 +48,51 @@ impl KeepAlive {
         client: &Client,
         settings: &Settings,
     ) -> Result<Kept> {
+        if self.in_flight {
+            // An earlier call gave up before its answer came: that answer may
+            // still arrive on this stream. Start over on a new one.
+            tracing::debug!(
+                lease_id = self.lease_id,
+                "keep-alive stream reset after an abandoned renewal"
+            );
+            self.reset();
+        }
         let sent_at = Instant::now();
         let result = bounded("keep-alive", settings.request_timeout, async {
-            if self.stream.is_none() {
+            let Some((keeper, stream)) = self.stream.as_mut() else {
+                // Opening the stream sends a keep-alive and reads its answer
+                // (etcd-client refuses a lease that is gone): that is this
+                // call's renewal.
                 self.stream = Some(client.lease_client().keep_alive(self.lease_id).await?);
-            }
-            let (keeper, stream) = self.stream.as_mut().expect("opened above");
+                return Ok(Some(true));
+            };
+            self.in_flight = true;
             keeper.keep_alive().await?;
-            stream.message().await
+            let answer = stream.message().await?;
+            self.in_flight = false;
+            Ok(answer.map(|answer| answer.ttl() > 0))
         })
         .await;
         match result {
-            Ok(Some(answer)) if answer.ttl() > 0 => Ok(Kept::Alive { sent_at }),
-            Ok(Some(_)) => Ok(Kept::Expired),
+            Ok(Some(true)) => Ok(Kept::Alive { sent_at }),
+            Ok(Some(false)) => Ok(Kept::Expired),
             Err(Error::Backend { source, .. } | Error::Unavailable { source, .. })
                 if source
                     .downcast_ref::<etcd_client::Error>()
                     .is_some_and(crate::error::is_lease_not_found) =>
             {
-                self.stream = None;
+                self.reset();
                 Ok(Kept::Expired)
             }
             Ok(None) => {
-                self.stream = None;
+                self.reset();
                 Err(Error::Unavailable {
                     backend: BACKEND,
                     source: "keep-alive stream closed by the server".into(),
                 })
             }
             Err(error) => {
-                self.stream = None;
+                self.reset();
                 Err(error)
             }
         }
