@@ -3,7 +3,8 @@
 //! Each candidate puts `<prefix><election>/<lease id in hex>` (value: its
 //! identity) bound to its own lease. The leader is the key with the lowest
 //! create revision; a waiting candidate watches only the deletion of the key
-//! created just before its own (herd-free).
+//! created just before its own (herd-free). Keys of nested elections
+//! (`<prefix><election>/b/...`) lie in the same range and are skipped.
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
@@ -34,89 +35,154 @@ pub(crate) fn leader_info(kv: &KeyValue) -> Result<LeaderInfo> {
     })
 }
 
-/// The current leader of the election (lowest create revision) and the revision read at.
+/// Whether `key` is a candidate of the election under `prefix`: the prefix
+/// and one more segment (`<prefix><lease id>`, as `concurrency.Election`
+/// names it). The prefix `a/` as a range also holds election `a/b`'s keys
+/// `a/b/<lease id>`; those belong to that election, not to this one.
+pub(crate) fn is_candidate(prefix: &str, key: &[u8]) -> bool {
+    key.strip_prefix(prefix.as_bytes())
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/'))
+}
+
+/// Keys per page once a page held only nested elections' keys.
+const PAGE: i64 = 64;
+
+/// Walks the keys under `prefix` in create-revision `order` (at most
+/// `max_create_revision`, if given), calling `visit` on each until it
+/// returns true; returns the revision read at.
+///
+/// The first read is one linearizable request for `first_page` keys, which
+/// is all it takes unless keys of nested elections (`<prefix>b/...`) come
+/// first; only then do further pages follow, read at the first one's
+/// revision so that the walk sees one state of the store.
+async fn walk(
+    client: &Client,
+    prefix: &str,
+    settings: &Settings,
+    order: SortOrder,
+    max_create_revision: Option<i64>,
+    first_page: i64,
+    mut visit: impl FnMut(&KeyValue) -> bool,
+) -> Result<i64> {
+    let mut revision = None;
+    let mut limit = first_page;
+    // The create revision of the last key visited, and the keys visited at
+    // it: a page starts there again, since one transaction may create
+    // several keys at one revision.
+    let mut boundary: Option<(i64, Vec<Vec<u8>>)> = None;
+    loop {
+        let mut options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, order)
+            .with_limit(limit);
+        if let Some(max) = max_create_revision {
+            options = options.with_max_create_revision(max);
+        }
+        if let Some((at, _)) = &boundary {
+            options = match order {
+                SortOrder::Descend => options.with_max_create_revision(*at),
+                _ => options.with_min_create_revision(*at),
+            };
+        }
+        if let Some(revision) = revision {
+            options = options.with_revision(revision);
+        }
+        let mut answer = bounded(
+            "get",
+            settings.request_timeout,
+            client.kv_client().get(prefix, Some(options)),
+        )
+        .await?;
+        let read_at = *revision.get_or_insert(answer.header().map_or(0, |h| h.revision()));
+        let more = answer.more();
+        let mut fresh = 0;
+        for kv in answer.take_kvs() {
+            let created = kv.create_revision();
+            match &mut boundary {
+                Some((at, seen)) if *at == created => {
+                    if seen.iter().any(|k| k == kv.key()) {
+                        continue;
+                    }
+                    seen.push(kv.key().to_vec());
+                }
+                _ => boundary = Some((created, vec![kv.key().to_vec()])),
+            }
+            fresh += 1;
+            if visit(&kv) {
+                return Ok(read_at);
+            }
+        }
+        if !more {
+            return Ok(read_at);
+        }
+        // A page of nothing new: more keys share one create revision than a
+        // page holds; read the rest whole (no limit).
+        limit = if fresh == 0 { 0 } else { PAGE };
+    }
+}
+
+/// The current leader of the election (the candidate key with the lowest
+/// create revision) and the revision read at: one linearizable read.
 pub(crate) async fn leader(
     client: &Client,
     prefix: &str,
     settings: &Settings,
 ) -> Result<(Option<KeyValue>, i64)> {
-    let options = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1);
-    let mut answer = bounded(
-        "get",
-        settings.request_timeout,
-        client.kv_client().get(prefix, Some(options)),
-    )
+    let mut leader = None;
+    let revision = walk(client, prefix, settings, SortOrder::Ascend, None, 1, |kv| {
+        if is_candidate(prefix, kv.key()) {
+            leader = Some(kv.clone());
+        }
+        leader.is_some()
+    })
     .await?;
-    let revision = answer.header().map_or(0, |h| h.revision());
-    Ok((answer.take_kvs().into_iter().next(), revision))
+    Ok((leader, revision))
 }
 
-/// Where our key stands, in one linearizable read: whether it still exists
-/// with our create revision (etcd#11456, etcd#19597), the key created just
-/// before it (if any), and the revision read at.
+/// Where our key stands: whether it still exists with our create revision
+/// (etcd#11456, etcd#19597), the candidate key created just before it (if
+/// any), and the revision read at.
 pub(crate) struct Position {
     pub ours_exists: bool,
     pub predecessor: Option<KeyValue>,
     pub revision: i64,
 }
 
-///
-/// With `at`, the read is of the store as it was at that revision (the
-/// predecessor's deletion): immutable history, so any member that has
-/// applied it may serve it without a quorum round; keys created later have
-/// higher create revisions and cannot come before ours. Without `at`, or if
-/// the member has not applied it yet (or compacted it), a linearizable read.
+/// Reads our position in one linearizable read (keys created up to ours,
+/// newest first, two of them), never from history: a read as of the
+/// predecessor's deletion would still show our key if it went afterwards
+/// (deleted by hand, its lease revoked, or etcd#15247's stalled leader
+/// revoking it), and we would claim leadership on a key that is gone while
+/// the candidate after us claims it too.
 pub(crate) async fn position(
     client: &Client,
     prefix: &str,
     create_revision: i64,
-    at: Option<i64>,
     settings: &Settings,
 ) -> Result<Position> {
-    if let Some(at) = at {
-        let options = queue_options(create_revision)
-            .with_revision(at)
-            .with_serializable();
-        let mut kv = client.kv_client();
-        let read = kv.get(prefix, Some(options));
-        if let Ok(Ok(answer)) = tokio::time::timeout(settings.request_timeout, read).await {
-            return Ok(Position::from_answer(answer, create_revision));
-        }
-    }
-    let options = queue_options(create_revision);
-    let answer = bounded(
-        "get",
-        settings.request_timeout,
-        client.kv_client().get(prefix, Some(options)),
+    let (mut ours_exists, mut predecessor) = (false, None);
+    let revision = walk(
+        client,
+        prefix,
+        settings,
+        SortOrder::Descend,
+        Some(create_revision),
+        2,
+        |kv| {
+            if kv.create_revision() == create_revision {
+                ours_exists = true;
+            } else if kv.create_revision() < create_revision && is_candidate(prefix, kv.key()) {
+                predecessor = Some(kv.clone());
+            }
+            predecessor.is_some()
+        },
     )
     .await?;
-    Ok(Position::from_answer(answer, create_revision))
-}
-
-/// Keys created up to ours, newest first, at most two: ours and the one before.
-fn queue_options(create_revision: i64) -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_max_create_revision(create_revision)
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(2)
-}
-
-impl Position {
-    fn from_answer(mut answer: etcd_client::GetResponse, create_revision: i64) -> Position {
-        let revision = answer.header().map_or(0, |h| h.revision());
-        let kvs = answer.take_kvs();
-        Position {
-            ours_exists: kvs.iter().any(|kv| kv.create_revision() == create_revision),
-            predecessor: kvs
-                .into_iter()
-                .find(|kv| kv.create_revision() < create_revision),
-            revision,
-        }
-    }
+    Ok(Position {
+        ours_exists,
+        predecessor,
+        revision,
+    })
 }
 
 /// Creates our key if it does not exist; returns its create revision.
@@ -191,8 +257,8 @@ pub(crate) async fn delete_if_ours(
 }
 
 /// Resolves when `key` (created at `create_revision`) is deleted at or after
-/// `from_revision`, with a revision at which it is known to be gone; `None`
-/// when the watch was cancelled (compaction) and the caller must re-read.
+/// `from_revision`, or when the watch was cancelled (compaction): either way
+/// the caller reads its position again.
 ///
 /// A watch that starts at a revision the server has already passed is served
 /// by etcd's catch-up loop, which runs every 100 ms; so once the watch exists
@@ -203,7 +269,7 @@ pub(crate) async fn deleted(
     create_revision: i64,
     from_revision: i64,
     settings: &Settings,
-) -> Result<Option<i64>> {
+) -> Result<()> {
     let options = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
@@ -214,16 +280,13 @@ pub(crate) async fn deleted(
         .map_err(map)?;
     let mut looked = false;
     while let Some(answer) = stream.message().await.map_err(map)? {
-        if let Some(event) = answer
-            .events()
-            .iter()
-            .find(|e| e.event_type() == EventType::Delete)
+        if answer.canceled()
+            || answer
+                .events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete)
         {
-            let at = event.kv().map(|kv| kv.mod_revision());
-            return Ok(at.or(answer.header().map(|h| h.revision())));
-        }
-        if answer.canceled() {
-            return Ok(None);
+            return Ok(());
         }
         if answer.created() && !looked {
             looked = true;
@@ -238,7 +301,7 @@ pub(crate) async fn deleted(
                 .iter()
                 .any(|kv| kv.create_revision() == create_revision)
             {
-                return Ok(now.header().map(|h| h.revision()));
+                return Ok(());
             }
         }
     }
@@ -246,4 +309,18 @@ pub(crate) async fn deleted(
         backend: BACKEND,
         source: "watch stream ended".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_candidate;
+
+    #[test]
+    fn only_one_segment_after_the_prefix_is_a_candidate() {
+        assert!(is_candidate("a/", b"a/694d7b2f5a1c0e04"));
+        assert!(!is_candidate("a/", b"a/b/694d7b2f5a1c0e04"));
+        assert!(!is_candidate("a/", b"a/"));
+        assert!(!is_candidate("a/", b"ab/694d"));
+        assert!(is_candidate("tenure/a/b/", b"tenure/a/b/694d"));
+    }
 }

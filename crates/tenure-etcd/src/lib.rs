@@ -222,13 +222,12 @@ impl EtcdBackend {
         let mut keep_alive = KeepAlive::new(lease_id);
         let mut valid_from = sent_at;
 
-        // After a predecessor's deletion: the revision it was deleted at.
-        let mut gone_at = None;
         loop {
-            let position =
-                election::position(client, &prefix, create_revision, gone_at, settings).await?;
-            // Our key may have vanished while we waited (lease expired, deleted
-            // by hand): never claim leadership on a key that is not there.
+            // A linearizable read, also after a wait: our key may have gone
+            // since the predecessor did (lease expired or revoked, deleted by
+            // hand, etcd#15247), and a read of the past would not show it.
+            let position = election::position(client, &prefix, create_revision, settings).await?;
+            // Never claim leadership on a key that is not there.
             if !position.ours_exists {
                 return Err(Error::Unavailable {
                     backend: BACKEND,
@@ -257,7 +256,7 @@ impl EtcdBackend {
             let period = candidacy.ttl() / 3;
             loop {
                 tokio::select! {
-                    result = &mut deleted => { gone_at = result?; break; }
+                    result = &mut deleted => { result?; break; }
                     _ = tokio::time::sleep_until(valid_from + period) => {
                         match keep_alive.keep_alive(client, settings).await {
                             Ok(Kept::Alive { sent_at }) => valid_from = sent_at,

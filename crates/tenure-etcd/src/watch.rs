@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tenure_core::{LeaderEvent, Result};
 
-use crate::election::{leader, leader_info};
+use crate::election::{is_candidate, leader, leader_info};
 use crate::error::map;
 use crate::Settings;
 
@@ -66,7 +66,13 @@ impl Watcher {
                 self.stream = None;
                 continue;
             }
-            if answer.events().is_empty() {
+            // Changes to nested elections' keys (`<prefix>b/...`) are theirs.
+            let ours = answer.events().iter().any(|event| {
+                event
+                    .kv()
+                    .is_some_and(|kv| is_candidate(&self.prefix, kv.key()))
+            });
+            if !ours {
                 continue;
             }
             let (event, revision) = current(&self.client, &self.prefix, &self.settings).await?;
