@@ -206,6 +206,12 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// The servers' name and version (`etcd 3.4.23`), written into every
+    /// report.
+    async fn server_version(&self) -> Option<String> {
+        None
+    }
+
     /// Deletes the election's state on the servers out of band, as an
     /// operator could (etcd: the election's keys; ZooKeeper: its znodes;
     /// Kubernetes: the Lease object); the case that needs it is skipped
@@ -261,6 +267,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
         (**self).wipe_election(key).await
+    }
+    async fn server_version(&self) -> Option<String> {
+        (**self).server_version().await
     }
     fn gaps(&self) -> Vec<Gap> {
         (**self).gaps()

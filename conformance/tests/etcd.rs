@@ -21,6 +21,8 @@ struct EtcdFactory {
     /// Every client's proxies, kept for the factory's life: a case may drop
     /// its `Client` and keep only the backend (inside an Elector).
     proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
+    /// The servers' version, read once at start.
+    version: Option<String>,
 }
 
 fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -38,6 +40,7 @@ impl EtcdFactory {
         let inspector = EtcdBackend::connect(&cluster.endpoints(), EtcdOptions::default())
             .await
             .expect("inspector client");
+        let version = cluster.server_version().await.ok();
         let cluster = Arc::new(cluster);
         Arc::new(EtcdFactory {
             name,
@@ -45,6 +48,7 @@ impl EtcdFactory {
             cluster,
             inspector,
             proxies: Default::default(),
+            version,
         })
     }
 
@@ -104,6 +108,10 @@ impl BackendFactory for EtcdFactory {
 
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
         Some(self.count_keys(key).await.map(|n| n > 0))
+    }
+
+    async fn server_version(&self) -> Option<String> {
+        self.version.clone()
     }
 
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {

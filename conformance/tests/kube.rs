@@ -54,6 +54,8 @@ struct KubeFactory {
     /// A client without a proxy, for looking at the server.
     inspector: KubeLeaseBackend,
     proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
+    /// The API server's version (the test server's: the etcd under it), read once at start.
+    version: Option<String>,
 }
 
 fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -109,6 +111,11 @@ impl KubeFactory {
             .await
             .expect("candidates' proxy");
         let candidate_kubeconfig = KubeconfigFile::write(addr).expect("candidates' kubeconfig");
+        let version = cluster
+            .server_version()
+            .await
+            .ok()
+            .map(|etcd| format!("the Lease API test server over {etcd}"));
         let cluster = Arc::new(cluster);
         Arc::new(KubeFactory {
             name,
@@ -121,6 +128,7 @@ impl KubeFactory {
             },
             inspector,
             proxies: Default::default(),
+            version,
         })
     }
 
@@ -140,6 +148,14 @@ impl KubeFactory {
             .await
             .expect("the kubeconfig's current context");
         config.default_namespace = namespace;
+        let version = inspector
+            .api()
+            .clone()
+            .into_client()
+            .apiserver_version()
+            .await
+            .ok()
+            .map(|info| format!("Kubernetes {}", info.git_version));
         Arc::new(KubeFactory {
             name,
             deployment: Deployment::Real {
@@ -148,6 +164,7 @@ impl KubeFactory {
             },
             inspector,
             proxies: Default::default(),
+            version,
         })
     }
 }
@@ -233,6 +250,10 @@ impl BackendFactory for KubeFactory {
                 .map(|l| l.is_some())
                 .map_err(harness),
         )
+    }
+
+    async fn server_version(&self) -> Option<String> {
+        self.version.clone()
     }
 
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {

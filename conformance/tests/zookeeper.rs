@@ -45,6 +45,8 @@ struct ZooKeeperFactory {
     /// Sessions `quiesce` closed: their closes are transactions too.
     sessions_closed: AtomicU64,
     backends: std::sync::Mutex<Vec<Arc<ZooKeeperBackend>>>,
+    /// The servers' version, read once at start.
+    version: Option<String>,
 }
 
 fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -69,6 +71,7 @@ impl ZooKeeperFactory {
         let inspector = ZooKeeperBackend::connect(&cluster.endpoints().join(","), options())
             .await
             .expect("inspector client");
+        let version = cluster.server_version().await.ok();
         let cluster = Arc::new(cluster);
         Arc::new(ZooKeeperFactory {
             name,
@@ -79,6 +82,7 @@ impl ZooKeeperFactory {
             sessions_opened: AtomicU64::new(0),
             sessions_closed: AtomicU64::new(0),
             backends: Default::default(),
+            version,
         })
     }
 
@@ -209,6 +213,10 @@ impl BackendFactory for ZooKeeperFactory {
 
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
         Some(self.count_children(key).await.map(|n| n > 0))
+    }
+
+    async fn server_version(&self) -> Option<String> {
+        self.version.clone()
     }
 
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {

@@ -607,6 +607,13 @@ impl Cluster {
         self.stats(leader).await
     }
 
+    /// The servers' name and version, as node 0 (or the first reachable
+    /// node) reports them.
+    pub async fn server_version(&self) -> Result<String> {
+        let node = self.reachable().first().copied().unwrap_or(&self.nodes[0]);
+        self.kind.version(&node.endpoint()).await
+    }
+
     /// The counters of every node neither stopped nor paused, added up.
     pub async fn stats_total(&self) -> Result<ServerStats> {
         let mut total = ServerStats::default();

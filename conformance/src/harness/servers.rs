@@ -131,6 +131,36 @@ impl Kind {
     }
 
     /// The node's counters (see [`ServerStats`]).
+    /// The server's name and version, as it reports them (`etcd 3.4.23`).
+    pub async fn version(self, endpoint: &str) -> Result<String> {
+        let found = match self {
+            Kind::Etcd => {
+                let metrics = probe::etcd_metrics(endpoint).await?;
+                metrics
+                    .lines()
+                    .find_map(|l| l.strip_prefix("etcd_server_version{server_version=\""))
+                    .and_then(|rest| rest.split('"').next())
+                    .map(|v| format!("etcd {v}"))
+            }
+            Kind::ZooKeeper => {
+                let srvr = probe::zk_four_letter(endpoint, "srvr").await?;
+                srvr.lines()
+                    .find_map(|l| l.strip_prefix("Zookeeper version: "))
+                    .map(|v| format!("ZooKeeper {}", v.split([',', '-']).next().unwrap_or(v)))
+            }
+            Kind::Redis => match probe::redis_command(endpoint, &[b"INFO", b"server"]).await? {
+                probe::Resp::Bulk(Some(text)) => String::from_utf8_lossy(&text)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("redis_version:"))
+                    .map(|v| format!("Redis {}", v.trim())),
+                _ => None,
+            },
+        };
+        found.ok_or_else(|| {
+            super::HarnessError::Protocol(format!("{self:?} at {endpoint} did not say its version"))
+        })
+    }
+
     pub async fn stats(self, endpoint: &str) -> Result<ServerStats> {
         match self {
             Kind::Etcd => Ok(ServerStats::from_prometheus(

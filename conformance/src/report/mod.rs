@@ -94,6 +94,9 @@ pub struct Figures {
 pub struct CaseReport {
     /// The backend's name.
     pub backend: String,
+    /// The servers' name and version, where the factory tells.
+    #[serde(default)]
+    pub server: Option<String>,
     /// The case (the suite function's name).
     pub case: String,
     /// The contract point(s) it checks, e.g. `3, 8`.

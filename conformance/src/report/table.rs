@@ -60,8 +60,12 @@ pub fn row(r: &CaseReport) -> String {
 /// A whole run as markdown: a title, a summary line and the table.
 pub fn markdown(backend: &str, reports: &[CaseReport]) -> String {
     let count = |p: fn(&Outcome) -> bool| reports.iter().filter(|r| p(&r.outcome)).count();
+    let servers = reports
+        .iter()
+        .find_map(|r| r.server.as_deref())
+        .map_or_else(String::new, |s| format!("Servers: {s}.\n\n"));
     let mut out = format!(
-        "# tenure conformance: {backend}\n\n{} cases: {} pass, {} recorded, {} fail, {} skipped\n\n{HEADER}",
+        "# tenure conformance: {backend}\n\n{servers}{} cases: {} pass, {} recorded, {} fail, {} skipped\n\n{HEADER}",
         reports.len(),
         count(|o| matches!(o, Outcome::Pass)),
         count(|o| matches!(o, Outcome::Recorded)),

@@ -102,6 +102,7 @@ where
     }
     let started = std::time::Instant::now();
     let backend = factory.name().to_owned();
+    let server = factory.server_version().await;
     let cx = Cx::new(factory, meta.name);
     let ended = match body(cx.clone()).await {
         Ok(()) => finish_safety(&cx),
@@ -121,6 +122,7 @@ where
     };
     CaseReport {
         backend,
+        server,
         case: meta.name.to_owned(),
         contract: meta.contract.to_owned(),
         outcome,
