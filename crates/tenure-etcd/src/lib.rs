@@ -167,7 +167,33 @@ impl EtcdBackend {
         Self::connect(&endpoints, EtcdOptions::default().with_key_prefix(prefix)).await
     }
 
-    /// Wraps a client you built yourself.
+    /// Wraps a client you built yourself. From `options` only the key prefix
+    /// and the request timeout apply (the client is already connected).
+    ///
+    /// # Build the client on the heartbeat runtime
+    ///
+    /// An etcd client's connection is driven by tasks spawned on the runtime
+    /// it was built on (tonic's channel worker and its HTTP/2 connection).
+    /// tenure sends every request from its heartbeat runtime, but the bytes
+    /// only move when those tasks run: a client built on your application's
+    /// runtime lets a runtime whose workers are all busy or blocked stall
+    /// renewals, and leadership is then lost for nothing (safely: the
+    /// deadline still counts from each send). [`connect`](Self::connect)
+    /// avoids that; with `from_client` it is up to you to build the client
+    /// inside [`tenure_core::heartbeat_runtime`]:
+    ///
+    /// ```rust,no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tenure_etcd::{etcd_client::Client, EtcdBackend, EtcdOptions};
+    ///
+    /// let client = tenure_core::heartbeat_runtime()
+    ///     .spawn(async { Client::connect(["127.0.0.1:2379"], None).await })
+    ///     .await??;
+    /// let backend = EtcdBackend::from_client(client, EtcdOptions::default());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A client built anywhere else works, without that promise.
     pub fn from_client(client: Client, options: EtcdOptions) -> Self {
         EtcdBackend {
             client,
