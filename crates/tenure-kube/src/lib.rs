@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod error;
+mod fencing;
+mod guard;
 mod observe;
 mod record;
 mod url;
@@ -25,9 +27,12 @@ use tracing::Instrument;
 pub use k8s_openapi;
 pub use kube;
 
+pub use crate::fencing::{Fencing, TERM_ANNOTATION, TOKEN_ANNOTATION};
+
 use crate::error::{bounded, refused, Refused, BACKEND};
+use crate::guard::GrantGuard;
 use crate::observe::Observations;
-use crate::record::Record;
+use crate::record::{Record, Term};
 
 /// Options for [`KubeLeaseBackend`].
 #[derive(Clone, Debug)]
@@ -35,12 +40,18 @@ use crate::record::Record;
 pub struct KubeOptions {
     /// Deadline of each request (never of a watch), capped by the TTL; default 5 s.
     pub request_timeout: Duration,
+    /// Which fencing token grants carry; default
+    /// [`Fencing::ResourceVersion`] (Kubernetes 1.35 and later). Choose
+    /// [`Fencing::LeaseTransitions`] on older clusters: its tokens do not
+    /// survive the Lease being deleted.
+    pub fencing: Fencing,
 }
 
 impl Default for KubeOptions {
     fn default() -> Self {
         KubeOptions {
             request_timeout: Duration::from_secs(5),
+            fencing: Fencing::default(),
         }
     }
 }
@@ -48,9 +59,11 @@ impl Default for KubeOptions {
 /// Leader election on `coordination.k8s.io/v1` Leases, compatible with
 /// client-go's LeaseLock. One Lease object per election, named by the key.
 ///
-/// Fencing token: `leaseTransitions`, bumped on every new grant. Waiting
-/// candidates watch the Lease, so all of them wake on a change: the wait is
-/// not herd-free.
+/// Fencing token: by default derived from the resourceVersion of the
+/// granting write, which survives the Lease being deleted and created again
+/// (Kubernetes 1.35 and later); `leaseTransitions` as an option for older
+/// clusters ([`Fencing`]). Waiting candidates watch the Lease, so all of
+/// them wake on a change: the wait is not herd-free.
 #[derive(Clone)]
 pub struct KubeLeaseBackend {
     api: Api<KubeLease>,
@@ -68,14 +81,38 @@ impl std::fmt::Debug for KubeLeaseBackend {
     }
 }
 
-/// What a tenure lease on Kubernetes carries: the Lease as we last wrote it.
+/// What a tenure lease on Kubernetes carries: its term, and the Lease as we
+/// last wrote it.
 struct Held {
-    transitions: i32,
+    term: Term,
     last: Mutex<KubeLease>,
 }
 
 impl KubeLeaseBackend {
     /// Wraps a client; Leases live in `namespace`.
+    ///
+    /// # The client's runtime
+    ///
+    /// tenure runs every operation on its heartbeat runtime, so that an
+    /// application runtime whose threads are all busy or blocked cannot stall
+    /// renewals. That promise does NOT hold for a client built on the
+    /// application's runtime: a `kube::Client` sends every request through a
+    /// worker task (tower's buffer) spawned on the runtime it was built on,
+    /// so a starved application runtime stalls renewals anyway, and the
+    /// lease is lost. Use [`from_config`](Self::from_config) (or
+    /// [`infer`](Self::infer), [`connect_url`](Self::connect_url)), which
+    /// build the client on the heartbeat runtime; or build it there
+    /// yourself:
+    ///
+    /// ```no_run
+    /// # async fn demo(config: tenure_kube::kube::Config) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tenure_kube::{kube, KubeLeaseBackend, KubeOptions};
+    /// let client = tenure_core::heartbeat_runtime()
+    ///     .spawn(async move { kube::Client::try_from(config) })
+    ///     .await??;
+    /// let backend = KubeLeaseBackend::new(client, "default", KubeOptions::default());
+    /// # Ok(()) }
+    /// ```
     pub fn new(client: Client, namespace: impl Into<String>, options: KubeOptions) -> Self {
         let namespace = namespace.into();
         KubeLeaseBackend {
@@ -113,13 +150,18 @@ impl KubeLeaseBackend {
     /// A client from a URL: `kube://` (the default kubeconfig, else the
     /// in-cluster service account) or `kube:///path/to/kubeconfig` (an
     /// absolute path), each optionally with `?namespace=ns&context=name`
-    /// (percent-encoded where needed). A malformed URL, or a kubeconfig file
-    /// that cannot be read or has no such context, is
+    /// (percent-encoded where needed) and `fencing=lease-transitions` for
+    /// clusters before Kubernetes 1.35 ([`Fencing`]). A malformed URL, or a
+    /// kubeconfig file that cannot be read or has no such context, is
     /// [`Error::InvalidArgument`] naming `url`; nothing is sent meanwhile.
     pub async fn connect_url(url: &str) -> Result<Self> {
         let target = url::parse(url)?;
+        let options = KubeOptions {
+            fencing: target.fencing.unwrap_or_default(),
+            ..KubeOptions::default()
+        };
         let config = url::config(url, target).await?;
-        Self::from_config(config, KubeOptions::default()).await
+        Self::from_config(config, options).await
     }
 
     /// The namespace its Leases live in.
@@ -147,7 +189,8 @@ impl KubeLeaseBackend {
         let me = candidacy.identity().as_str();
         let after = self.timeout(candidacy.ttl());
         let pp = PostParams::default();
-        // The Lease as the last watch event showed it, if that is all we need.
+        // The Lease as the last watch event (or our own create) showed it,
+        // if that is all we need.
         let mut delivered: Option<Option<KubeLease>> = None;
         loop {
             let observed = match delivered.take() {
@@ -155,10 +198,25 @@ impl KubeLeaseBackend {
                 None => self.get(name, after).await?,
             };
             let Some(observed) = observed else {
+                if self.options.fencing == Fencing::ResourceVersion {
+                    // Created free, then taken over like any free Lease:
+                    // the take-over's compare-and-swap gives the token.
+                    let lease = record::vacant(name);
+                    match bounded("create lease", after, self.api.create(&pp, &lease)).await? {
+                        Ok(created) => delivered = Some(Some(created)),
+                        Err(e) => match refused(e) {
+                            Refused::Conflict | Refused::NotFound => {}
+                            Refused::Other(e) => return Err(e),
+                        },
+                    }
+                    continue;
+                }
                 let sent_at = Instant::now();
                 let lease = record::new_lease(name, me, candidacy.ttl());
-                match bounded("create lease", after, self.api.create(&pp, &lease)).await? {
-                    Ok(written) => return Ok(self.granted(candidacy, written, sent_at)),
+                let guard = GrantGuard::arm(&self.api, name, &lease, after);
+                let answer = bounded("create lease", after, self.api.create(&pp, &lease)).await?;
+                match answered(guard, answer) {
+                    Ok(written) => return Ok(self.granted(candidacy, written, None, sent_at)),
                     Err(e) => match refused(e) {
                         Refused::Conflict | Refused::NotFound => continue,
                         Refused::Other(e) => return Err(e),
@@ -169,10 +227,21 @@ impl KubeLeaseBackend {
             let since = self.observations.seen(name, &rec.resource_version);
             let expires = since + rec.duration;
             if rec.holder.is_empty() || Instant::now() >= expires {
+                let mut lease = record::granted(&observed, me, candidacy.ttl());
+                let token = match self.options.fencing {
+                    Fencing::ResourceVersion => {
+                        let token = fencing::next_token(&observed)?;
+                        fencing::stamp(&mut lease, token);
+                        Some(token)
+                    }
+                    Fencing::LeaseTransitions => None,
+                };
                 let sent_at = Instant::now();
-                let lease = record::granted(&observed, me, candidacy.ttl());
-                match bounded("take lease", after, self.api.replace(name, &pp, &lease)).await? {
-                    Ok(written) => return Ok(self.granted(candidacy, written, sent_at)),
+                let guard = GrantGuard::arm(&self.api, name, &lease, after);
+                let answer =
+                    bounded("take lease", after, self.api.replace(name, &pp, &lease)).await?;
+                match answered(guard, answer) {
+                    Ok(written) => return Ok(self.granted(candidacy, written, token, sent_at)),
                     Err(e) => match refused(e) {
                         Refused::Conflict | Refused::NotFound => continue,
                         Refused::Other(e) => return Err(e),
@@ -181,7 +250,7 @@ impl KubeLeaseBackend {
             }
             let holder = LeaderInfo {
                 identity: tenure_core::CandidateId::new(&rec.holder)?,
-                token: Some(FencingToken::new(rec.transitions.max(0) as u64)),
+                token: fencing::token_of(&observed, self.options.fencing),
             };
             if mode == AcquireMode::Once {
                 return Ok(Acquisition::Held(holder));
@@ -194,17 +263,26 @@ impl KubeLeaseBackend {
         }
     }
 
-    fn granted(&self, candidacy: &Candidacy, written: KubeLease, sent_at: Instant) -> Acquisition {
+    /// A grant: `token` is the one the granting write carries, if any (else
+    /// leaseTransitions as written).
+    fn granted(
+        &self,
+        candidacy: &Candidacy,
+        written: KubeLease,
+        token: Option<u64>,
+        sent_at: Instant,
+    ) -> Acquisition {
         let rec = Record::of(&written);
         self.observations
             .seen(candidacy.key().as_str(), &rec.resource_version);
+        let token = token.unwrap_or(rec.transitions.max(0) as u64);
         let held = Held {
-            transitions: rec.transitions,
+            term: Term::of(&written),
             last: Mutex::new(written),
         };
         Acquisition::Granted(Lease::new(
             candidacy.clone(),
-            Some(FencingToken::new(rec.transitions.max(0) as u64)),
+            Some(FencingToken::new(token)),
             sent_at,
             LeaseHandle::new(Arc::new(held)),
         ))
@@ -212,8 +290,8 @@ impl KubeLeaseBackend {
 
     /// Writes `change(last)` against the last resourceVersion we know; on a
     /// conflict, re-reads and retries while the Lease is still ours (same
-    /// holder, same transitions), so a renewal cancelled midway cannot make a
-    /// release fail (kubernetes#131867). `Ok(None)`: the Lease is no longer
+    /// term: holder, acquireTime, transitions), so a renewal cancelled midway
+    /// cannot make a release fail (kubernetes#131867). `Ok(None)`: the Lease is no longer
     /// ours (another holder or term, deleted, or released by us already).
     async fn write_ours(
         &self,
@@ -250,10 +328,7 @@ impl KubeLeaseBackend {
                         let Some(now) = self.get(name, after).await? else {
                             return Ok(None);
                         };
-                        let rec = Record::of(&now);
-                        if rec.holder != lease.holder().as_str()
-                            || rec.transitions != held.transitions
-                        {
+                        if Term::of(&now) != held.term {
                             return Ok(None);
                         }
                         *last = now;
@@ -288,7 +363,7 @@ impl KubeLeaseBackend {
                         Ok(identity) if Instant::now() < expires => {
                             LeaderEvent::Elected(LeaderInfo {
                                 identity,
-                                token: Some(FencingToken::new(rec.transitions.max(0) as u64)),
+                                token: fencing::token_of(lease, self.options.fencing),
                             })
                         }
                         _ => LeaderEvent::Vacant,
@@ -311,6 +386,19 @@ impl KubeLeaseBackend {
     }
 }
 
+/// The answer of a granting write, read: its guard stands down. A write
+/// that got no answer (a deadline, a broken connection) keeps the guard
+/// armed, so it is dropped armed and releases the Lease if the write landed.
+fn answered(
+    guard: GrantGuard,
+    answer: std::result::Result<KubeLease, kube::Error>,
+) -> std::result::Result<KubeLease, kube::Error> {
+    if matches!(answer, Ok(_) | Err(kube::Error::Api(_))) {
+        guard.disarm();
+    }
+    answer
+}
+
 fn held(lease: &Lease) -> Result<&Arc<Held>> {
     lease
         .handle()
@@ -330,6 +418,8 @@ impl HostedBackend for KubeLeaseBackend {
         caps.max_key_len = 253;
         // Expiry as client-go judges it: by our own clock, from the last change we saw.
         caps.expiry_judged_by_observer = true;
+        // leaseTransitions starts again at 0 in a Lease created anew.
+        caps.tokens_survive_state_loss = self.options.fencing == Fencing::ResourceVersion;
         caps
     }
 

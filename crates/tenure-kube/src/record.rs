@@ -1,11 +1,12 @@
 //! client-go's LeaseLock field use: holderIdentity, leaseDurationSeconds,
-//! acquireTime, renewTime (MicroTime), leaseTransitions.
+//! acquireTime, renewTime (MicroTime), leaseTransitions; and what tells one
+//! holder's term from another's.
 
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::chrono::Utc;
+use k8s_openapi::chrono::{SecondsFormat, SubsecRound, Utc};
 
 /// The election record in a Lease, as client-go reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +15,39 @@ pub(crate) struct Record {
     pub duration: Duration,
     pub transitions: i32,
     pub resource_version: String,
+}
+
+/// What tells one holder's term of a Lease from another's: who holds it,
+/// since when (acquireTime, set on every grant, by tenure and client-go
+/// alike) and after how many transitions. Renewals keep it; a take-over,
+/// even by the same identity, changes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Term {
+    holder: String,
+    acquired: String,
+    transitions: i32,
+}
+
+impl Term {
+    pub fn of(lease: &Lease) -> Term {
+        let spec = lease.spec.as_ref();
+        Term {
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .unwrap_or_default(),
+            // As the API carries it: RFC 3339 with microseconds.
+            acquired: spec
+                .and_then(|s| s.acquire_time.as_ref())
+                .map(|t| t.0.to_rfc3339_opts(SecondsFormat::Micros, true))
+                .unwrap_or_default(),
+            transitions: spec.and_then(|s| s.lease_transitions).unwrap_or(0),
+        }
+    }
+
+    /// `<leaseTransitions>/<acquireTime>/<holder>`, as the term annotation holds it.
+    pub fn label(&self) -> String {
+        format!("{}/{}/{}", self.transitions, self.acquired, self.holder)
+    }
 }
 
 impl Record {
@@ -28,8 +62,10 @@ impl Record {
     }
 }
 
+/// Now, to the microsecond the API keeps, so that a term read back equals
+/// the term written.
 fn now() -> MicroTime {
-    MicroTime(Utc::now())
+    MicroTime(Utc::now().trunc_subsecs(6))
 }
 
 /// Whole seconds of a TTL (the backend allows only whole seconds).
@@ -53,6 +89,22 @@ pub(crate) fn new_lease(name: &str, holder: &str, ttl: Duration) -> Lease {
             ..Default::default()
         }),
     }
+}
+
+/// A new Lease held by nobody, as a release leaves one: tenure creates a
+/// Lease free and then takes it over with a compare-and-swap, so that even
+/// the first grant has a resourceVersion to derive its token from.
+pub(crate) fn vacant(name: &str) -> Lease {
+    released(&Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    })
 }
 
 /// `observed` taken over by `holder`: transitions bumped on every new grant.

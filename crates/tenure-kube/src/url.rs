@@ -3,11 +3,15 @@
 //! - `kube://` : the default kubeconfig (`KUBECONFIG`, `~/.kube/config`), else
 //!   the in-cluster service account;
 //! - `kube:///path/to/kubeconfig` : that file (an absolute path);
-//! - either with `?namespace=ns&context=name` (percent-encoded where needed).
+//! - either with `?namespace=ns&context=name` (percent-encoded where needed)
+//!   and `fencing=lease-transitions` for clusters before Kubernetes 1.35
+//!   (default `fencing=resource-version`).
 
 use std::path::PathBuf;
 
 use tenure_core::{Error, Result};
+
+use crate::Fencing;
 
 /// What a `kube://` URL asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,6 +22,8 @@ pub(crate) struct Target {
     pub context: Option<String>,
     /// The Leases' namespace; `None`: the context's (or the service account's).
     pub namespace: Option<String>,
+    /// The fencing token; `None`: the default.
+    pub fencing: Option<Fencing>,
 }
 
 fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
@@ -91,6 +97,24 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
             .split_once('=')
             .ok_or_else(|| invalid(url, format!("parameter {pair:?} has no value")))?;
         let value = decode(url, value)?;
+        if name == "fencing" {
+            let fencing = match value.as_str() {
+                "resource-version" => Fencing::ResourceVersion,
+                "lease-transitions" => Fencing::LeaseTransitions,
+                other => {
+                    return Err(invalid(
+                        url,
+                        format!(
+                            "fencing {other:?} is neither resource-version nor lease-transitions"
+                        ),
+                    ))
+                }
+            };
+            if target.fencing.replace(fencing).is_some() {
+                return Err(invalid(url, "parameter \"fencing\" is given twice"));
+            }
+            continue;
+        }
         let slot = match name {
             "namespace" => {
                 if !is_dns1123_label(&value) {
@@ -106,7 +130,7 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
             _ => {
                 return Err(invalid(
                     url,
-                    format!("unknown parameter {name:?} (known: namespace, context)"),
+                    format!("unknown parameter {name:?} (known: namespace, context, fencing)"),
                 ))
             }
         };
@@ -171,6 +195,15 @@ mod tests {
         assert_eq!(t.context.as_deref(), Some("kind-x"));
         let t = parse("kube://?namespace=ops").unwrap();
         assert_eq!((t.kubeconfig, t.namespace.as_deref()), (None, Some("ops")));
+        assert_eq!(t.fencing, None);
+    }
+
+    #[test]
+    fn fencing_is_read() {
+        let t = parse("kube://?fencing=lease-transitions&namespace=ops").unwrap();
+        assert_eq!(t.fencing, Some(Fencing::LeaseTransitions));
+        let t = parse("kube:///k?fencing=resource-version").unwrap();
+        assert_eq!(t.fencing, Some(Fencing::ResourceVersion));
     }
 
     #[test]
@@ -189,6 +222,8 @@ mod tests {
             "kube:///k?namespace",
             "kube:///k%zz",
             "kube:///k#frag",
+            "kube:///k?fencing=transitions",
+            "kube:///k?fencing=lease-transitions&fencing=resource-version",
         ] {
             assert_eq!(field(parse(bad)), Some("url"), "{bad}");
         }

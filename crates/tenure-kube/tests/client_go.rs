@@ -1,13 +1,17 @@
 //! tenure and client-go's LeaseLock share one Lease: each respects the
 //! other's holder, renewals and releases, field for field. The Go side is
 //! `common::GoCandidate`, raw Lease API calls doing what client-go does.
+//! A client-go holder writes no fencing token: tenure reports it with none
+//! (with resourceVersion tokens, the default), or with leaseTransitions
+//! (with that option).
 
 mod common;
 
 use std::time::Duration;
 
-use common::{candidacy, env, hold, spec, GoCandidate, TTL};
+use common::{candidacy, env, hold, lease_transitions, rv, spec, GoCandidate, TTL};
 use tenure_core::{AcquireMode, Acquisition, FencingToken, LeaseBackend};
+use tenure_kube::TOKEN_ANNOTATION;
 use tokio::time::{sleep, timeout, Instant};
 
 const DURATION_SECS: i32 = TTL.as_secs() as i32;
@@ -40,7 +44,7 @@ async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it
     {
         Acquisition::Held(info) => {
             assert_eq!(info.identity.as_str(), "go-replica");
-            assert_eq!(info.token, Some(FencingToken::new(4)));
+            assert_eq!(info.token, None, "a client-go holder has no token");
         }
         Acquisition::Granted(_) => panic!("took a Lease its Go holder had just written"),
     }
@@ -81,7 +85,12 @@ async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it
         "taken only {:?} after the last renewal's answer",
         granted_at - last_done
     );
-    assert_eq!(lease.token(), Some(FencingToken::new(5)));
+    let token = lease.token().expect("a token").get();
+    assert!(
+        token > rv(go.last()),
+        "token {token} is not above the Go holder's last write, {}",
+        rv(go.last())
+    );
     let taken = spec(&raw, "billing").await;
     assert_eq!(taken.holder_identity.as_deref(), Some("rust-replica"));
     assert_eq!(taken.lease_transitions, Some(5));
@@ -117,11 +126,14 @@ async fn a_client_go_release_hands_over_at_once() {
         handover < Duration::from_millis(500),
         "hand-over took {handover:?}: the empty holder was not taken as a release"
     );
-    assert_eq!(lease.token(), Some(FencingToken::new(5)));
-    assert_eq!(
-        spec(&raw, "billing").await.holder_identity.as_deref(),
-        Some("rust-replica")
+    let token = lease.token().expect("a token").get();
+    assert!(
+        token > rv(go.last()),
+        "token {token} is not above the release"
     );
+    let taken = spec(&raw, "billing").await;
+    assert_eq!(taken.holder_identity.as_deref(), Some("rust-replica"));
+    assert_eq!(taken.lease_transitions, Some(5));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -130,14 +142,14 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
     let raw = env.raw().await;
     let tenure = env.backend().await;
     let mut lease = hold(&tenure, "billing", "rust-replica").await;
-    let token = lease.token().expect("a token").get() as i32;
+    let token = lease.token().expect("a token");
 
     let first = spec(&raw, "billing").await;
     assert_eq!(first.holder_identity.as_deref(), Some("rust-replica"));
     assert_eq!(first.lease_duration_seconds, Some(DURATION_SECS));
     assert!(first.acquire_time.is_some(), "no acquireTime: {first:?}");
     assert!(first.renew_time.is_some(), "no renewTime: {first:?}");
-    assert_eq!(first.lease_transitions, Some(token));
+    let transitions = first.lease_transitions.expect("leaseTransitions");
 
     // A Go candidate tries every 200 ms for twice the lease duration while
     // tenure renews every TTL/3: it never gets in.
@@ -164,7 +176,7 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
             assert_eq!(now.holder_identity, last.holder_identity);
             assert_eq!(now.acquire_time, last.acquire_time);
             assert_eq!(now.lease_duration_seconds, Some(DURATION_SECS));
-            assert_eq!(now.lease_transitions, Some(token));
+            assert_eq!(now.lease_transitions, Some(transitions));
             last = now;
         }
     }
@@ -175,7 +187,7 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
     let released = spec(&raw, "billing").await;
     assert_eq!(released.holder_identity.as_deref(), Some(""));
     assert_eq!(released.lease_duration_seconds, Some(1));
-    assert_eq!(released.lease_transitions, Some(token));
+    assert_eq!(released.lease_transitions, Some(transitions));
     // ... and the Go candidate takes it with its next PUT.
     assert!(
         go.try_acquire_or_renew().await,
@@ -183,7 +195,15 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
     );
     let taken = spec(&raw, "billing").await;
     assert_eq!(taken.holder_identity.as_deref(), Some("go-replica"));
-    assert_eq!(taken.lease_transitions, Some(token + 1));
+    assert_eq!(taken.lease_transitions, Some(transitions + 1));
+    // client-go keeps the annotations: tenure's token is still on the Lease,
+    // but it names tenure's term, so the Go holder is reported with none.
+    let annotations = go.last().metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get(TOKEN_ANNOTATION).map(String::as_str),
+        Some(token.get().to_string().as_str()),
+        "the Go candidate did not keep tenure's annotations"
+    );
     match tenure
         .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
         .await
@@ -191,8 +211,53 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
     {
         Acquisition::Held(info) => {
             assert_eq!(info.identity.as_str(), "go-replica");
-            assert_eq!(info.token, Some(FencingToken::new(token as u64 + 1)));
+            assert_eq!(
+                info.token, None,
+                "the Go holder was reported with the token of tenure's term"
+            );
         }
+        Acquisition::Granted(_) => panic!("tenure took the Go candidate's fresh Lease"),
+    }
+}
+
+/// With `Fencing::LeaseTransitions`, tokens are client-go's own
+/// leaseTransitions: a Go holder is reported with its transitions, and
+/// taking over from it bumps them by one.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_lease_transitions_tokens_are_client_gos_transitions() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
+    go.create_held(4).await;
+    let tenure = env.backend_with(lease_transitions()).await;
+    match tenure
+        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Held(info) => {
+            assert_eq!(info.identity.as_str(), "go-replica");
+            assert_eq!(info.token, Some(FencingToken::new(4)));
+        }
+        Acquisition::Granted(_) => panic!("took a Lease its Go holder had just written"),
+    }
+    let waiting = wait_for_grant(&tenure, "billing", "rust-replica");
+    go.release().await;
+    let (outcome, _) = timeout(TTL, waiting)
+        .await
+        .expect("tenure did not take the released Lease")
+        .unwrap();
+    let lease = outcome.unwrap().granted().expect("granted");
+    assert_eq!(lease.token(), Some(FencingToken::new(5)));
+    assert_eq!(spec(&raw, "billing").await.lease_transitions, Some(5));
+    tenure.release(&lease).await.unwrap();
+    assert!(go.try_acquire_or_renew().await);
+    match tenure
+        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Held(info) => assert_eq!(info.token, Some(FencingToken::new(6))),
         Acquisition::Granted(_) => panic!("tenure took the Go candidate's fresh Lease"),
     }
 }

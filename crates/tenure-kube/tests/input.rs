@@ -77,7 +77,9 @@ async fn connect_url_with_a_kubeconfig_file_and_namespace_reaches_the_server() {
     let other = hold(&elsewhere, "via-url", "b").await;
     let in_team_a = elsewhere.api().get("via-url").await.unwrap();
     assert_eq!(in_team_a.metadata.namespace.as_deref(), Some("team-a"));
-    assert_eq!(other.token().map(|t| t.get()), Some(0));
+    assert_eq!(other.holder().as_str(), "b");
+    let in_default = raw.get("via-url").await.unwrap().spec.unwrap();
+    assert_eq!(in_default.holder_identity.as_deref(), Some("a"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

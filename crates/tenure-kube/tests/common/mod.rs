@@ -15,7 +15,7 @@ use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::lease_server::{kube_config_for, LeaseServer};
 use tenure_conformance::ProxyLink;
 use tenure_core::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, LeaseBackend};
-use tenure_kube::{KubeLeaseBackend, KubeOptions};
+use tenure_kube::{Fencing, KubeLeaseBackend, KubeOptions};
 use tokio::time::Instant;
 
 /// The TTL tenure candidates use, and the Go-style holders' leaseDurationSeconds.
@@ -41,9 +41,14 @@ pub async fn env() -> Env {
 impl Env {
     /// A tenure backend talking to the server directly.
     pub async fn backend(&self) -> Arc<KubeLeaseBackend> {
+        self.backend_with(KubeOptions::default()).await
+    }
+
+    /// A tenure backend with `options`, talking to the server directly.
+    pub async fn backend_with(&self, options: KubeOptions) -> Arc<KubeLeaseBackend> {
         let config = self.server.kube_config().await.expect("kubeconfig");
         Arc::new(
-            KubeLeaseBackend::from_config(config, KubeOptions::default())
+            KubeLeaseBackend::from_config(config, options)
                 .await
                 .expect("backend"),
         )
@@ -51,9 +56,17 @@ impl Env {
 
     /// A tenure backend behind a fault proxy of its own.
     pub async fn proxied_backend(&self) -> (Arc<KubeLeaseBackend>, Arc<ProxyLink>) {
+        self.proxied_backend_with(KubeOptions::default()).await
+    }
+
+    /// A tenure backend with `options`, behind a fault proxy of its own.
+    pub async fn proxied_backend_with(
+        &self,
+        options: KubeOptions,
+    ) -> (Arc<KubeLeaseBackend>, Arc<ProxyLink>) {
         let (link, addr) = ProxyLink::start(self.server.addr()).await.expect("proxy");
         let config = kube_config_for(addr).await.expect("kubeconfig");
-        let backend = KubeLeaseBackend::from_config(config, KubeOptions::default())
+        let backend = KubeLeaseBackend::from_config(config, options)
             .await
             .expect("backend");
         (Arc::new(backend), link)
@@ -64,6 +77,24 @@ impl Env {
         let config = self.server.kube_config().await.expect("kubeconfig");
         Api::default_namespaced(kube::Client::try_from(config).expect("client"))
     }
+}
+
+/// Options choosing leaseTransitions as the fencing token.
+pub fn lease_transitions() -> KubeOptions {
+    let mut options = KubeOptions::default();
+    options.fencing = Fencing::LeaseTransitions;
+    options
+}
+
+/// The resourceVersion of `lease` as a number.
+pub fn rv(lease: &Lease) -> u64 {
+    lease
+        .metadata
+        .resource_version
+        .as_deref()
+        .expect("a resourceVersion")
+        .parse()
+        .expect("an integer resourceVersion")
 }
 
 pub fn candidacy(key: &str, identity: &str) -> Candidacy {
@@ -158,6 +189,11 @@ impl GoCandidate {
             .expect("create the Lease");
         self.observe(&written);
         self.lease = Some(written);
+    }
+
+    /// The Lease as this candidate last read or wrote it.
+    pub fn last(&self) -> &Lease {
+        self.lease.as_ref().expect("a Lease read or written")
     }
 
     fn observe(&mut self, lease: &Lease) {

@@ -1,0 +1,113 @@
+//! A guard around each granting write: a write whose answer was never read
+//! may still have landed, leaving the Lease held by a candidate that does not
+//! know it leads, and nobody renewing it, so a standby would wait a whole TTL.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::Api;
+use tracing::Instrument;
+
+use crate::error::{bounded, refused, Refused};
+use crate::record::{self, Term};
+
+/// Armed while a granting write (create or take-over) is on its way. Dropped
+/// armed (the acquire's future was dropped before the answer was read, or
+/// the answer was lost to a deadline or a broken connection), it starts a
+/// cleanup ([`tenure_core::hosted::spawn_cleanup`]) that reads the Lease
+/// and, if it records the term that write would have started (our identity,
+/// our acquireTime, our transitions), releases it with a compare-and-swap.
+pub(crate) struct GrantGuard {
+    armed: Option<Armed>,
+}
+
+struct Armed {
+    api: Api<Lease>,
+    name: String,
+    term: Term,
+    after: Duration,
+    span: tracing::Span,
+}
+
+impl GrantGuard {
+    /// Arms a guard for writing `lease` (the body sent) as `name`.
+    pub fn arm(api: &Api<Lease>, name: &str, lease: &Lease, after: Duration) -> GrantGuard {
+        GrantGuard {
+            armed: Some(Armed {
+                api: api.clone(),
+                name: name.to_owned(),
+                term: Term::of(lease),
+                after,
+                span: tracing::Span::current(),
+            }),
+        }
+    }
+
+    /// The server's answer was read: whatever it said, the caller knows.
+    pub fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for GrantGuard {
+    fn drop(&mut self) {
+        if let Some(armed) = self.armed.take() {
+            let span = armed.span.clone();
+            tenure_core::hosted::spawn_cleanup(release_if_ours(armed).instrument(span));
+        }
+    }
+}
+
+/// Releases the Lease if it records `armed.term`; a few tries on a conflict
+/// (a renewal cannot race: nobody knows the term exists).
+async fn release_if_ours(armed: Armed) {
+    let Armed {
+        api,
+        name,
+        term,
+        after,
+        ..
+    } = armed;
+    for _ in 0..3 {
+        let read = bounded("get lease", after, api.get_opt(&name)).await;
+        let current = match read.and_then(|r| r.map_err(crate::error::map)) {
+            Ok(Some(current)) => current,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "could not read the Lease after a dropped grant; if it was granted, it will expire");
+                return;
+            }
+        };
+        if Term::of(&current) != term {
+            tracing::debug!("the dropped grant's write did not land, or was overtaken");
+            return;
+        }
+        let released = record::released(&current);
+        match bounded(
+            "release lease",
+            after,
+            api.replace(&name, &PostParams::default(), &released),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                tracing::debug!("released a grant whose write's answer was never read");
+                return;
+            }
+            Ok(Err(error)) => match refused(error) {
+                Refused::Conflict => continue,
+                Refused::NotFound => return,
+                Refused::Other(error) => {
+                    tracing::warn!(%error, "could not release a dropped grant; it will expire");
+                    return;
+                }
+            },
+            Err(error) => {
+                tracing::warn!(%error, "could not release a dropped grant; it will expire");
+                return;
+            }
+        }
+    }
+    tracing::warn!("the Lease kept changing while a dropped grant was released; it will expire");
+}
