@@ -137,6 +137,40 @@ async fn create_get_update_delete_and_their_failures() {
     assert!(f.server.writes() >= 6);
 }
 
+/// What tenure's resourceVersion fencing tokens rest on (KEP-5504): a Lease
+/// deleted and created again gets a resourceVersion above every one it had
+/// before; and annotations are kept as written, through updates by clients
+/// that keep them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_versions_increase_across_delete_and_create_and_annotations_round_trip() {
+    let f = fixture().await;
+    let mut body = lease("r", "x", 2, 0);
+    body["metadata"]["annotations"] = json!({ "tenure.dev/fencing-token": "7" });
+    let (code, created) = f.post(&body).await;
+    assert_eq!(code, 201, "{created}");
+    let mut next = created.clone();
+    next["spec"]["holderIdentity"] = json!("y");
+    let (_, updated) = f.put("r", &next).await;
+    assert_eq!(
+        updated["metadata"]["annotations"]["tenure.dev/fencing-token"],
+        "7"
+    );
+    let (_, read) = f.get("r").await;
+    assert_eq!(
+        read["metadata"]["annotations"],
+        created["metadata"]["annotations"]
+    );
+    let before: i64 = rv(&updated).parse().unwrap();
+    f.delete("r").await;
+    let (code, again) = f.post(&lease("r", "z", 2, 0)).await;
+    assert_eq!(code, 201, "{again}");
+    let after: i64 = rv(&again).parse().unwrap();
+    assert!(
+        after > before,
+        "resourceVersion {after} after re-creation, {before} before"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_leases_are_422() {
     let f = fixture().await;
