@@ -13,6 +13,7 @@ use crate::{Error, Result};
 struct FaultState {
     fail: bool,
     cut_off: bool,
+    node_down: bool,
     request_delay: Duration,
     response_delay: Duration,
 }
@@ -53,6 +54,15 @@ impl Faults {
         self.state.send_modify(|s| s.cut_off = false);
     }
 
+    /// Marks the server node this client talks to as down (killed, paused,
+    /// or without a leader to commit through): calls and watch events hang
+    /// as with [`cut_off`](Self::cut_off) until it is back. Kept apart from
+    /// the link's own faults: [`heal`](Self::heal) and [`reset`](Self::reset)
+    /// leave it as it is.
+    pub fn node_down(&self, down: bool) {
+        self.state.send_modify(|s| s.node_down = down);
+    }
+
     /// Delays each request by `delay` before it reaches the server.
     pub fn delay_requests(&self, delay: Duration) {
         self.state.send_modify(|s| s.request_delay = delay);
@@ -68,15 +78,20 @@ impl Faults {
         *self.last_request.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Clears every fault.
+    /// Clears every fault of the link (not [`node_down`](Self::node_down)).
     pub fn reset(&self) {
-        self.state.send_replace(FaultState::default());
+        self.state.send_modify(|s| {
+            *s = FaultState {
+                node_down: s.node_down,
+                ..FaultState::default()
+            }
+        });
     }
 
     async fn wait_connected(&self) {
         let mut rx = self.state.subscribe();
         // The sender lives as long as `self`, so this cannot fail.
-        let _ = rx.wait_for(|s| !s.cut_off).await;
+        let _ = rx.wait_for(|s| !s.cut_off && !s.node_down).await;
     }
 
     /// The way to the server: fails, hangs or waits as configured.

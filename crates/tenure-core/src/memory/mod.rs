@@ -104,6 +104,22 @@ impl MemoryBackend {
         self.server.wipe(key);
     }
 
+    /// Every holder's TTL starts over from now, as a deployment's does when
+    /// it recovers its durable state after a restart or elects a new leader
+    /// of its own (etcd's lessor refreshes every lease on a new raft leader;
+    /// ZooKeeper restarts every session's timeout): nobody loses a lease for
+    /// the servers' downtime. Holders, waiting queues and tokens are kept.
+    pub fn refresh_all(&self) {
+        self.server.refresh_all();
+    }
+
+    /// Every key loses its holder at once, as on a server that keeps its
+    /// leases in memory alone and lost them; waiting candidates are granted
+    /// in turn. Tokens keep increasing.
+    pub fn wipe_all(&self) {
+        self.server.wipe_all();
+    }
+
     /// Who holds `key` on the server now.
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         self.server.holder(key)
@@ -253,3 +269,6 @@ fn grant_of(lease: &Lease) -> Result<u64> {
         .copied()
         .ok_or_else(|| Error::invalid("lease", "was not granted by the memory backend"))
 }
+
+#[cfg(test)]
+mod tests;

@@ -52,6 +52,7 @@ struct Holder {
     grant: u64,
     identity: CandidateId,
     token: FencingToken,
+    ttl: Duration,
     expires_at: Instant,
 }
 
@@ -114,6 +115,7 @@ impl State {
             grant: id,
             identity: candidacy.identity().clone(),
             token,
+            ttl: candidacy.ttl(),
             expires_at: now + candidacy.ttl(),
         });
         Grant {
@@ -306,6 +308,33 @@ impl Server {
             ks.holder = None;
         }
         st.settle(key, Instant::now());
+    }
+
+    /// Every holder's TTL starts over from now (a deadline never moves back).
+    pub fn refresh_all(&self) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let keys: Vec<ElectionKey> = st.keys.keys().cloned().collect();
+        for key in keys {
+            if let Some(h) = st.keys.get_mut(&key).and_then(|ks| ks.holder.as_mut()) {
+                h.expires_at = h.expires_at.max(now + h.ttl);
+            }
+            // Wakes the head waiter, whose timer changed.
+            st.settle(&key, now);
+        }
+    }
+
+    /// Every key loses its holder at once; waiters are granted in turn.
+    pub fn wipe_all(&self) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let keys: Vec<ElectionKey> = st.keys.keys().cloned().collect();
+        for key in keys {
+            if let Some(ks) = st.keys.get_mut(&key) {
+                ks.holder = None;
+            }
+            st.settle(&key, now);
+        }
     }
 
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {

@@ -1,0 +1,110 @@
+//! The server-wide knobs: refreshing and wiping every lease, a node down.
+
+use std::time::Duration;
+
+use tokio::time::{advance, timeout};
+
+use crate::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend};
+
+use super::MemoryBackend;
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn candidacy(key: &str, who: &str) -> Candidacy {
+    Candidacy::new(
+        ElectionKey::new(key).unwrap(),
+        CandidateId::new(who).unwrap(),
+        TTL,
+    )
+    .unwrap()
+}
+
+async fn grant(client: &MemoryBackend, key: &str, who: &str) -> Lease {
+    match client
+        .acquire(&candidacy(key, who), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(h) => panic!("{who}: held by {h:?}"),
+    }
+}
+
+fn holder(server: &MemoryBackend, key: &str) -> Option<String> {
+    server
+        .holder(&ElectionKey::new(key).unwrap())
+        .map(|h| h.identity.as_str().to_owned())
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_all_restarts_every_ttl_from_now() {
+    let server = MemoryBackend::new();
+    grant(&server, "k1", "a").await;
+    grant(&server, "k2", "b").await;
+    advance(Duration::from_millis(1500)).await;
+    server.refresh_all();
+    advance(Duration::from_millis(1000)).await; // past the grants' own TTL
+    assert_eq!(holder(&server, "k1").as_deref(), Some("a"));
+    assert_eq!(holder(&server, "k2").as_deref(), Some("b"));
+    advance(Duration::from_millis(1001)).await; // past the refreshed TTL
+    assert_eq!(holder(&server, "k1"), None);
+    assert_eq!(holder(&server, "k2"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wipe_all_frees_every_key_and_grants_waiters_with_higher_tokens() {
+    let server = MemoryBackend::new();
+    let a = grant(&server, "k1", "a").await;
+    grant(&server, "k2", "b").await;
+    let waiter = {
+        let client = server.client();
+        tokio::spawn(async move {
+            client
+                .acquire(&candidacy("k1", "c"), AcquireMode::Wait)
+                .await
+        })
+    };
+    while server.queue_len(&ElectionKey::new("k1").unwrap()) == 0 {
+        tokio::task::yield_now().await;
+    }
+    server.wipe_all();
+    let c = waiter.await.unwrap().unwrap().granted().expect("c granted");
+    assert!(
+        c.token() > a.token(),
+        "{:?} after {:?}",
+        c.token(),
+        a.token()
+    );
+    assert_eq!(holder(&server, "k1").as_deref(), Some("c"));
+    assert_eq!(holder(&server, "k2"), None);
+    assert!(server.renew(&a).await.unwrap_err().is_lease_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_down_holds_calls_until_it_is_back_whatever_the_link_does() {
+    let server = MemoryBackend::new();
+    let client = server.client();
+    client.faults().node_down(true);
+    let call = {
+        let client = client.clone();
+        tokio::spawn(async move { grant(&client, "k", "a").await })
+    };
+    advance(Duration::from_secs(5)).await;
+    assert!(
+        !call.is_finished(),
+        "a call went through a node that is down"
+    );
+    client.faults().reset();
+    client.faults().heal();
+    advance(Duration::from_secs(5)).await;
+    assert!(
+        !call.is_finished(),
+        "the link's reset brought the node back"
+    );
+    client.faults().node_down(false);
+    let lease = timeout(Duration::from_secs(1), call)
+        .await
+        .expect("the call goes through once the node is back")
+        .unwrap();
+    assert_eq!(lease.holder().as_str(), "a");
+}
