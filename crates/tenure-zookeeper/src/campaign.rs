@@ -4,16 +4,22 @@
 //! Round trips per step (each a single request unless said otherwise):
 //! - create (a write through the quorum leader);
 //! - a look: a `sync` and, sent right behind it, one multi-read of the
-//!   children and our node (see [`latch::position`]); the lowest node claims;
+//!   children and our node, and the list of our session's ephemeral nodes
+//!   under the election (see [`latch::position`]); the lowest node claims.
+//!   Our session's candidate nodes that no live candidacy claims (a
+//!   withdrawal that never landed) are deleted first, a write only then;
 //! - arming: exists-and-watch on the predecessor, and once, on our own node
 //!   (two requests sent together);
 //! - after the predecessor goes: one `sync`, when it was the only node ahead
 //!   of ours (see [`first_after_predecessor`]); otherwise `sync` plus a
-//!   multi-read, and wait again.
+//!   multi-read, and wait again;
+//! - withdrawal (an error, or the campaign dropped): a delete, retried
+//!   until the node is gone or the session ended (see [`Withdrawal`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use tenure_core::{AcquireMode, Acquisition, Candidacy, FencingToken, Lease, LeaseHandle, Result};
@@ -23,12 +29,28 @@ use zookeeper_client::{Client, EventType, WatchedEvent};
 use crate::error::{bounded, map, unavailable};
 use crate::held::Held;
 use crate::latch::{self, OurNode};
+use crate::session::{Claim, Session};
 use crate::Settings;
 
-/// Campaigns once on `client`'s session: granted, held by another (`Once`),
-/// or an error (after which our node is withdrawn).
+/// Campaigns once on `session`: granted, held by another (`Once`), or an
+/// error (after which our node is withdrawn). Closing the session ends the
+/// campaign at once, with a retryable error.
 pub(crate) async fn acquire(
-    client: Client,
+    session: Arc<Session>,
+    candidacy: &Candidacy,
+    mode: AcquireMode,
+    settings: Settings,
+) -> Result<Acquisition> {
+    let client = session.client()?;
+    session
+        .unless_closed(campaign(&session, &client, candidacy, mode, settings))
+        .await
+        .unwrap_or_else(|| Err(unavailable("the ZooKeeper session was closed")))
+}
+
+async fn campaign(
+    session: &Arc<Session>,
+    client: &Client,
     candidacy: &Candidacy,
     mode: AcquireMode,
     settings: Settings,
@@ -37,8 +59,10 @@ pub(crate) async fn acquire(
     if mode == AcquireMode::Once {
         // Read first: a held election costs no write. After a sync, so that a
         // follower behind the quorum cannot show a released leader as holding.
-        if let Some(children) = latch::children_synced(&client, &election, &settings).await? {
-            if let Some(info) = latch::leader(&client, &election, &children, &settings).await? {
+        if let Some(children) =
+            latch::children_synced(client, session, &election, &settings).await?
+        {
+            if let Some(info) = latch::leader(client, &election, &children, &settings).await? {
                 return Ok(Acquisition::Held(info));
             }
         }
@@ -46,22 +70,26 @@ pub(crate) async fn acquire(
     let prefix = latch::node_prefix();
     let identity = candidacy.identity().as_str();
     // From here on, leaving (error, or the future dropped, even before the
-    // create's answer) deletes our node.
-    let mut guard = DeleteOnDrop::new(
-        client.clone(),
-        election.clone(),
-        prefix.clone(),
-        settings.clone(),
-    );
-    let node = latch::create(&client, &election, &prefix, identity, &settings).await?;
+    // create's answer) withdraws our node; until it is known gone, the
+    // session's sweeps leave it alone.
+    let mut guard = DeleteOnDrop::new(Withdrawal {
+        claim: session.claim(&prefix),
+        session: session.clone(),
+        election: election.clone(),
+        prefix: prefix.clone(),
+        path: None,
+        settings: settings.clone(),
+    });
+    let node = latch::create(client, &election, &prefix, identity, &settings).await?;
     guard.created(&node.path);
-    if node.owner != client.session_id().0 {
+    if node.owner != session.id() {
         return Err(unavailable("our node belongs to an earlier session"));
     }
     let grant = |guard: DeleteOnDrop, sent_at: Instant| {
-        guard.disarm();
+        let claim = guard.disarm();
         let held = Held::new(
-            client.clone(),
+            session.clone(),
+            claim,
             &node,
             sent_at,
             candidacy.ttl(),
@@ -84,7 +112,7 @@ pub(crate) async fn acquire(
     let mut own_watch: Option<OwnWatch<'_>> = None;
     loop {
         let sent_at = Instant::now();
-        let position = latch::position(&client, &election, &node, &settings).await?;
+        let position = latch::position(client, session, &election, &node, &settings).await?;
         // CURATOR-696: never claim leadership on a node that vanished or
         // belongs to an ended session; the caller re-enters with a new node.
         let index = position
@@ -100,7 +128,7 @@ pub(crate) async fn acquire(
         }
         if mode == AcquireMode::Once {
             let ahead = &position.children[..index];
-            if let Some(info) = latch::leader(&client, &election, ahead, &settings).await? {
+            if let Some(info) = latch::leader(client, &election, ahead, &settings).await? {
                 drop(guard); // withdraws our node
                 return Ok(Acquisition::Held(info));
             }
@@ -115,7 +143,7 @@ pub(crate) async fn acquire(
             settings.request_timeout,
             client.check_and_watch_stat(&pred),
         );
-        let own = own_watch.get_or_insert_with(|| watch_own(&client, &node.path, &settings));
+        let own = own_watch.get_or_insert_with(|| watch_own(client, &node.path, &settings));
         let (stat, watcher) = pred_watch.await?.map_err(map)?;
         let pred_gone = match stat {
             None => true,
@@ -147,8 +175,7 @@ pub(crate) async fn acquire(
         // takes a full look.
         if pred_gone && index == 1 {
             let sent_at = Instant::now();
-            if first_after_predecessor(&client, &election, &node, &mut own_watch, &settings).await?
-            {
+            if first_after_predecessor(client, &election, &node, &mut own_watch, &settings).await? {
                 return Ok(grant(guard, sent_at));
             }
         }
@@ -217,56 +244,104 @@ fn watch_own<'a>(client: &'a Client, path: &str, settings: &Settings) -> OwnWatc
     })
 }
 
-/// Deletes a candidate's node unless disarmed: by its path once known, else
-/// found by its uuid prefix (the create may have landed without its answer).
+/// Withdraws a candidacy when dropped, unless disarmed (see [`Withdrawal`]).
 struct DeleteOnDrop {
-    armed: Option<(Client, String, String, Settings)>,
-    path: Option<String>,
+    armed: Option<Withdrawal>,
 }
 
 impl DeleteOnDrop {
-    fn new(client: Client, election: String, prefix: String, settings: Settings) -> Self {
+    fn new(withdrawal: Withdrawal) -> Self {
         DeleteOnDrop {
-            armed: Some((client, election, prefix, settings)),
-            path: None,
+            armed: Some(withdrawal),
         }
     }
     fn created(&mut self, path: &str) {
-        self.path = Some(path.to_owned());
+        if let Some(withdrawal) = self.armed.as_mut() {
+            withdrawal.path = Some(path.to_owned());
+        }
     }
-    fn disarm(mut self) {
-        self.armed = None;
+    /// The candidacy leads: its claim goes on to the held lease.
+    fn disarm(mut self) -> Claim {
+        self.armed.take().expect("armed until disarmed").claim
     }
 }
 
 impl Drop for DeleteOnDrop {
     fn drop(&mut self) {
-        let Some((client, election, prefix, settings)) = self.armed.take() else {
-            return;
-        };
-        let path = self.path.take();
-        tenure_core::hosted::spawn_cleanup(async move {
-            let path = match path {
-                Some(path) => path,
-                // Requests on a session are answered in order: this listing
-                // sees the create if it landed.
-                None => match latch::children(&client, &election, &settings).await {
-                    Ok(Some(children)) => {
-                        match children.into_iter().find(|c| c.starts_with(&prefix)) {
-                            Some(name) => format!("{election}/{name}"),
-                            None => return,
-                        }
-                    }
-                    Ok(None) => return,
-                    Err(error) => {
-                        tracing::warn!(election, %error, "could not look for a withdrawn candidacy's node; it goes with the session");
-                        return;
-                    }
-                },
+        if let Some(withdrawal) = self.armed.take() {
+            tenure_core::hosted::spawn_cleanup(withdrawal.run());
+        }
+    }
+}
+
+/// Deleting a withdrawn candidate's node: by its path once known, else
+/// found by its uuid prefix (the create may have landed without its
+/// answer). Retried until the node is gone or the session has ended (which
+/// takes the node with it): a node left behind while the session lives on
+/// would sit in the queue, a standby behind it waiting for a ghost.
+struct Withdrawal {
+    session: Arc<Session>,
+    /// Held until the node is known gone.
+    claim: Claim,
+    election: String,
+    prefix: String,
+    path: Option<String>,
+    settings: Settings,
+}
+
+impl Withdrawal {
+    async fn run(self) {
+        // A closed session takes the node with it.
+        let session = self.session.clone();
+        session.unless_closed(self.until_gone()).await;
+        drop(self.claim);
+    }
+
+    async fn until_gone(&self) {
+        let mut pause = Duration::from_millis(50);
+        let mut attempts = 0u32;
+        loop {
+            let Ok(client) = self.session.client() else {
+                return;
             };
-            if let Err(error) = latch::delete(&client, &path, &settings).await {
-                tracing::warn!(path, %error, "could not withdraw a candidacy; it goes with the session");
+            if self.session.ended() {
+                return;
             }
-        });
+            let error = match self.attempt(&client).await {
+                Ok(()) => {
+                    if attempts > 0 {
+                        tracing::info!(
+                            election = self.election,
+                            attempts,
+                            "a candidacy's withdrawal landed after retries"
+                        );
+                    }
+                    return;
+                }
+                Err(error) => error,
+            };
+            attempts += 1;
+            if attempts == 1 {
+                tracing::warn!(election = self.election, %error, "could not withdraw a candidacy yet; retrying until it is gone or the session ends");
+            } else {
+                tracing::debug!(election = self.election, %error, attempts, "withdrawing a candidacy failed again");
+            }
+            drop(client);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn attempt(&self, client: &Client) -> Result<()> {
+        let path = match &self.path {
+            Some(path) => path.clone(),
+            None => {
+                match latch::find(client, &self.election, &self.prefix, &self.settings).await? {
+                    Some(node) => node.path,
+                    None => return Ok(()),
+                }
+            }
+        };
+        latch::delete(client, &path, &self.settings).await
     }
 }

@@ -15,14 +15,15 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
-use zookeeper_client::Client;
 
 use crate::latch;
+use crate::session::{Claim, Session};
 use crate::Settings;
 
-/// What a tenure lease on ZooKeeper carries.
+/// What a tenure lease on ZooKeeper carries: the session, not a client of
+/// it, so that closing the backend closes the session while leases live on.
 pub(crate) struct Held {
-    pub client: Client,
+    pub session: Arc<Session>,
     pub path: String,
     pub czxid: i64,
     pub owner: i64,
@@ -41,9 +42,12 @@ pub(crate) struct State {
 }
 
 impl Held {
-    /// Starts the expiry timer of a node granted by a request sent at `sent_at`.
+    /// Starts the expiry timer of a node granted by a request sent at
+    /// `sent_at`; the timer keeps the candidacy's claim on the node until
+    /// the node is gone (or the session is).
     pub(crate) fn new(
-        client: Client,
+        session: Arc<Session>,
+        claim: Claim,
         node: &latch::OurNode,
         sent_at: Instant,
         ttl: Duration,
@@ -53,16 +57,18 @@ impl Held {
             deadline: sent_at + ttl,
             ended: false,
         }));
-        let expiry = tenure_core::heartbeat_runtime()
-            .spawn(expire(
-                client.clone(),
-                node.path.clone(),
-                state.clone(),
-                settings,
-            ))
-            .abort_handle();
+        let timer = {
+            let (session, path, state) = (session.clone(), node.path.clone(), state.clone());
+            async move {
+                session
+                    .unless_closed(expire(&session, &path, &state, &settings))
+                    .await;
+                drop(claim);
+            }
+        };
+        let expiry = tenure_core::heartbeat_runtime().spawn(timer).abort_handle();
         Held {
-            client,
+            session,
             path: node.path.clone(),
             czxid: node.czxid,
             owner: node.owner,
@@ -77,7 +83,7 @@ impl Held {
     }
 }
 
-async fn expire(client: Client, path: String, state: Arc<Mutex<State>>, settings: Settings) {
+async fn expire(session: &Session, path: &str, state: &Mutex<State>, settings: &Settings) {
     loop {
         let deadline = state.lock().await.deadline;
         tokio::time::sleep_until(deadline).await;
@@ -90,13 +96,17 @@ async fn expire(client: Client, path: String, state: Arc<Mutex<State>>, settings
         tracing::debug!(path, "lease not renewed within its TTL; deleting its node");
         // Until it is gone, or the session is (which takes the node with it).
         loop {
-            if client.state().is_terminated() {
+            let Ok(client) = session.client() else {
+                return;
+            };
+            if session.ended() {
                 return;
             }
-            match latch::delete(&client, &path, &settings).await {
+            match latch::delete(&client, path, settings).await {
                 Ok(()) => return,
                 Err(error) => {
                     tracing::debug!(path, %error, "deleting an expired node failed; retrying");
+                    drop(client);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }

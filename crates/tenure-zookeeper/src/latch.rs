@@ -4,16 +4,22 @@
 //! `<election>/_c_<uuid>-latch-<seq>` (Curator's protected-mode name, data =
 //! its identity). The leader is the node with the lowest sequence (Curator
 //! sorts by the text after `latch-`); a waiting candidate watches only the
-//! node just before its own (herd-free).
+//! node just before its own (herd-free). Only such latch nodes are
+//! candidates: the election node of a nested key (`k/b`'s `b` under `k`) is
+//! not, so elections `k` and `k/b` are independent.
 
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
 use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
 
 use crate::error::{bounded, map, unavailable};
+use crate::session::Session;
 use crate::Settings;
 
 /// Curator's lock name: the sequence follows it.
 const LOCK_NAME: &str = "latch-";
+
+/// Curator's protected-mode prefix, which every tenure node name starts with.
+const PROTECTED: &str = "_c_";
 
 /// The election's path: the base path, then the key.
 pub(crate) fn election_path(base: &str, key: &str) -> String {
@@ -27,7 +33,7 @@ pub(crate) fn node_prefix() -> String {
     let r = (r & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
     let h = format!("{r:032x}");
     format!(
-        "_c_{}-{}-{}-{}-{}-{LOCK_NAME}",
+        "{PROTECTED}{}-{}-{}-{}-{}-{LOCK_NAME}",
         &h[0..8],
         &h[8..12],
         &h[12..16],
@@ -50,8 +56,14 @@ pub(crate) fn is_candidate(name: &str) -> bool {
     // ZooKeeper appends `%010d` of a signed counter.
     let digits = sequence.strip_prefix('-').unwrap_or(sequence);
     let sequence_ok = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
-    let head_ok = head.is_empty() || (head.starts_with("_c_") && head.ends_with('-'));
+    let head_ok = head.is_empty() || (head.starts_with(PROTECTED) && head.ends_with('-'));
     sequence_ok && head_ok
+}
+
+/// A candidate node's name up to its sequence (`_c_<uuid>-latch-`).
+pub(crate) fn prefix_of(name: &str) -> Option<&str> {
+    let end = name.rfind(LOCK_NAME)? + LOCK_NAME.len();
+    is_candidate(name).then(|| &name[..end])
 }
 
 /// The text Curator sorts a candidate by: what follows the last `latch-`.
@@ -81,41 +93,22 @@ pub(crate) fn leader_info(name: &str, data: &[u8], stat: &Stat) -> Result<Leader
     })
 }
 
-/// The election's candidates, `None` if the election node does not exist.
-pub(crate) async fn children(
-    client: &Client,
-    election: &str,
-    settings: &Settings,
-) -> Result<Option<Vec<String>>> {
-    match bounded(
-        "list children",
-        settings.request_timeout,
-        client.list_children(election),
-    )
-    .await?
-    {
-        Ok(children) => Ok(Some(candidates(children))),
-        Err(ZkError::NoNode) => Ok(None),
-        Err(e) => Err(map(e)),
-    }
-}
-
-/// Sends a `sync` on `path` and, right behind it, the read `read` makes,
-/// within the request deadline: the read then sees every change the quorum
+/// Sends a `sync` on `path` and, right behind it, the reads `read` makes,
+/// within the request deadline: the reads then see every change the quorum
 /// had committed when the sync was sent (a follower behind the quorum, or
 /// cut off from it, cannot answer from a stale view). Both answers.
-async fn after_sync<T, F>(
+async fn after_sync<R, F>(
     client: &Client,
     path: &str,
     operation: &'static str,
     settings: &Settings,
     read: impl FnOnce() -> F,
-) -> Result<(Result<(), ZkError>, Result<T, ZkError>)>
+) -> Result<(Result<(), ZkError>, R)>
 where
-    F: std::future::Future<Output = Result<T, ZkError>>,
+    F: std::future::Future<Output = R>,
 {
     bounded(operation, settings.request_timeout, async {
-        // Sent here, in this order: the read follows the sync.
+        // Sent here, in this order: the reads follow the sync.
         let sync = client.sync(path);
         let read = read();
         Ok::<_, ZkError>(futures::join!(sync, read))
@@ -128,21 +121,82 @@ where
 /// (pipelined: one round trip through the quorum leader), `None` if the
 /// election node does not exist. Unlike a plain read on a follower, this
 /// view holds every change committed before the sync was sent, such as a
-/// release that another client saw answered.
+/// release that another client saw answered. Our session's nodes that no
+/// live candidacy claims are deleted first and left out (see [`sweep`]).
 pub(crate) async fn children_synced(
     client: &Client,
+    session: &Session,
     election: &str,
     settings: &Settings,
 ) -> Result<Option<Vec<String>>> {
-    let (synced, listed) = after_sync(client, election, "sync and list children", settings, || {
-        client.list_children(election)
-    })
-    .await?;
+    let (synced, (listed, ephemerals)) =
+        after_sync(client, election, "sync and list children", settings, || {
+            futures::future::join(
+                client.list_children(election),
+                client.list_ephemerals(election),
+            )
+        })
+        .await?;
     match (synced, listed) {
         (Err(ZkError::NoNode), _) | (Ok(()), Err(ZkError::NoNode)) => Ok(None),
         (Err(e), _) | (Ok(()), Err(e)) => Err(map(e)),
-        (Ok(()), Ok(children)) => Ok(Some(candidates(children))),
+        (Ok(()), Ok(children)) => {
+            let children = candidates(children);
+            sweep(client, session, election, children, ephemerals, settings)
+                .await
+                .map(Some)
+        }
     }
+}
+
+/// Deletes the nodes our session owns under `election` (`ephemerals`, read
+/// with the children) that are tenure candidate nodes no live candidacy of
+/// the session claims: withdrawals that never landed, which would otherwise
+/// sit in the queue, and might lead it, for the session's whole life.
+/// Returns `candidates` without them. A live candidacy claims its node from
+/// before its create is sent until the node is known gone, so no node in
+/// use is taken for one.
+async fn sweep(
+    client: &Client,
+    session: &Session,
+    election: &str,
+    candidates: Vec<String>,
+    ephemerals: Result<Vec<String>, ZkError>,
+    settings: &Settings,
+) -> Result<Vec<String>> {
+    let ephemerals = ephemerals.map_err(map)?;
+    let dir = format!("{election}/");
+    let orphans: Vec<&str> = ephemerals
+        .iter()
+        .filter_map(|path| path.strip_prefix(&dir))
+        .filter(|name| {
+            !name.contains('/')
+                && name.starts_with(PROTECTED)
+                && is_candidate(name)
+                && !session.claims(name)
+        })
+        .collect();
+    for name in &orphans {
+        let path = format!("{election}/{name}");
+        tracing::warn!(
+            path,
+            "deleting a node of this session that no candidacy tracks (a withdrawal that never landed)"
+        );
+        match bounded(
+            "delete",
+            settings.request_timeout,
+            client.delete(&path, None),
+        )
+        .await?
+        {
+            Ok(()) | Err(ZkError::NoNode) => {}
+            Err(e) => return Err(map(e)),
+        }
+    }
+    Ok(candidates
+        .into_iter()
+        .filter(|c| !orphans.contains(&c.as_str()))
+        .collect())
 }
 
 /// The current leader among `candidates` (in order): the first whose data can be read.
@@ -234,15 +288,23 @@ pub(crate) async fn create(
     Err(last.unwrap_or_else(|| unavailable("the election node kept vanishing")))
 }
 
-/// Our node by its uuid prefix, if a create landed.
-async fn find(
+/// Our node by its uuid prefix, if a create landed, looked for after a
+/// `sync`: a create whose answer was lost may have landed through a server
+/// other than the one we ask now, which may not have applied it yet.
+pub(crate) async fn find(
     client: &Client,
     election: &str,
     prefix: &str,
     settings: &Settings,
 ) -> Result<Option<OurNode>> {
-    let Some(children) = children(client, election, settings).await? else {
-        return Ok(None);
+    let (synced, listed) = after_sync(client, election, "sync and list children", settings, || {
+        client.list_children(election)
+    })
+    .await?;
+    let children = match (synced, listed) {
+        (Err(ZkError::NoNode), _) | (Ok(()), Err(ZkError::NoNode)) => return Ok(None),
+        (Err(e), _) | (Ok(()), Err(e)) => return Err(map(e)),
+        (Ok(()), Ok(children)) => children,
     };
     let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
         return Ok(None);
@@ -275,6 +337,7 @@ pub(crate) struct Position {
 /// a claim on this look counts from the sync's send time.
 pub(crate) async fn position(
     client: &Client,
+    session: &Session,
     election: &str,
     node: &OurNode,
     settings: &Settings,
@@ -282,10 +345,11 @@ pub(crate) async fn position(
     let mut reader = client.new_multi_reader();
     reader.add_get_children(election).map_err(map)?;
     reader.add_get_data(&node.path).map_err(map)?;
-    let (synced, read) = after_sync(client, election, "sync and read", settings, || {
-        reader.commit()
-    })
-    .await?;
+    let (synced, (read, ephemerals)) =
+        after_sync(client, election, "sync and read", settings, || {
+            futures::future::join(reader.commit(), client.list_ephemerals(election))
+        })
+        .await?;
     synced.map_err(map)?;
     let mut read = read.map_err(map)?.into_iter();
     let children = match read.next() {
@@ -306,6 +370,7 @@ pub(crate) async fn position(
         Some(MultiReadResult::Error { err }) => return Err(map(err)),
         other => return Err(unexpected(other)),
     };
+    let children = sweep(client, session, election, children, ephemerals, settings).await?;
     Ok(Position { ours, children })
 }
 

@@ -246,6 +246,11 @@ impl ZooKeeperBackend {
     }
 
     /// The current session's client (a new session if the last one ended).
+    ///
+    /// zookeeper-client closes a session when its last `Client` is dropped:
+    /// while you hold this one, [`LeaseBackend::close`](tenure_core::LeaseBackend::close)
+    /// cannot close the session (it ends tenure's own use of it and waits a
+    /// request timeout for the close).
     pub async fn client(&self) -> Result<Client> {
         let sessions = self.sessions.clone();
         tenure_core::on_heartbeat_runtime(BACKEND, async move { sessions.client().await }).await
@@ -368,10 +373,10 @@ impl HostedBackend for ZooKeeperBackend {
     }
 
     async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        let client = self.sessions.client().await?;
-        tracing::debug!(session = client.session_id().0, "campaign");
+        let session = self.sessions.session().await?;
+        tracing::debug!(session = session.id(), "campaign");
         let settings = self.settings.for_ttl(candidacy.ttl());
-        campaign::acquire(client, &candidacy, mode, settings).await
+        campaign::acquire(session, &candidacy, mode, settings).await
     }
 
     async fn renew(&self, lease: Lease) -> Result<Lease> {
@@ -384,16 +389,19 @@ impl HostedBackend for ZooKeeperBackend {
                 "not renewed within its TTL, or released",
             ));
         }
-        if held.client.state().is_terminated() {
-            state.ended = true;
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                "the ZooKeeper session ended",
-            ));
-        }
+        let client = match held.session.client() {
+            Ok(client) if !client.state().is_terminated() => client,
+            _ => {
+                state.ended = true;
+                return Err(Error::lease_lost(
+                    lease.key().as_str(),
+                    "the ZooKeeper session ended or was closed",
+                ));
+            }
+        };
         let sent_at = Instant::now();
         let ours =
-            latch::still_ours(&held.client, &held.path, held.czxid, held.owner, &settings).await?;
+            latch::still_ours(&client, &held.path, held.czxid, held.owner, &settings).await?;
         if !ours {
             state.ended = true;
             return Err(Error::lease_lost(
@@ -410,8 +418,11 @@ impl HostedBackend for ZooKeeperBackend {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         state.ended = true;
-        if !held.client.state().is_terminated() {
-            latch::delete(&held.client, &held.path, &settings).await?;
+        // A session that ended or was closed took the node with it.
+        if let Ok(client) = held.session.client() {
+            if !client.state().is_terminated() {
+                latch::delete(&client, &held.path, &settings).await?;
+            }
         }
         held.disarm();
         Ok(())
@@ -419,11 +430,15 @@ impl HostedBackend for ZooKeeperBackend {
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
         let election = self.election_path(&key);
-        let client = self.sessions.client().await?;
-        watch::watch(client, election, self.settings.clone()).await
+        let session = self.sessions.session().await?;
+        watch::watch(session, election, self.settings.clone()).await
     }
 
-    /// Closes the session: the servers delete every node it still owns at once.
+    /// Closes the session: campaigns waiting on it end (with a retryable
+    /// error), watches end, held leases are lost, and the servers delete
+    /// every node the session owned at once; returns once the client
+    /// reports the session closed (or after a request timeout, logged).
+    /// The next operation opens a new session.
     async fn close(&self) -> Result<()> {
         self.sessions.close().await;
         Ok(())

@@ -1,12 +1,17 @@
-//! The backend's one ZooKeeper session, replaced by a new one once it ends.
+//! The backend's one ZooKeeper session, replaced by a new one once it ends:
+//! the candidacies that live on it, and a close that ends it.
 
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::{Error, Result};
-use tokio::sync::Mutex;
-use zookeeper_client::Client;
+use tokio::sync::{watch, Mutex};
+use zookeeper_client::{Client, StateWatcher};
 
-use crate::error::{map, BACKEND};
+use crate::error::{map, unavailable, BACKEND};
+use crate::latch;
 use crate::ZooKeeperOptions;
 
 /// The current session. Every election of the backend shares it; once the
@@ -16,7 +21,7 @@ use crate::ZooKeeperOptions;
 pub(crate) struct Sessions {
     connect_string: String,
     options: ZooKeeperOptions,
-    current: Mutex<Option<Client>>,
+    current: Mutex<Option<Arc<Session>>>,
 }
 
 impl Sessions {
@@ -28,25 +33,27 @@ impl Sessions {
         }
     }
 
-    /// The live session's client, connecting a new session if there is none.
-    pub(crate) async fn client(&self) -> Result<Client> {
+    /// The live session, connecting a new one if there is none.
+    pub(crate) async fn session(&self) -> Result<Arc<Session>> {
         let mut current = self.current.lock().await;
-        if let Some(client) = current.as_ref().filter(|c| !c.state().is_terminated()) {
-            return Ok(client.clone());
+        if let Some(session) = current.as_ref().filter(|s| !s.ended()) {
+            return Ok(session.clone());
         }
-        let client = self.connect().await?;
-        *current = Some(client.clone());
-        Ok(client)
+        let session = Arc::new(Session::new(self.connect().await?));
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    /// A client of the live session (see [`Session::client`]).
+    pub(crate) async fn client(&self) -> Result<Client> {
+        self.session().await?.client()
     }
 
     /// The open session's id, if there is one (none before the first
     /// operation, or once it ended); never opens one.
     pub(crate) async fn open_id(&self) -> Option<i64> {
         let current = self.current.lock().await;
-        current
-            .as_ref()
-            .filter(|c| !c.state().is_terminated())
-            .map(|c| c.session_id().0)
+        current.as_ref().filter(|s| !s.ended()).map(|s| s.id)
     }
 
     async fn connect(&self) -> Result<Client> {
@@ -55,7 +62,8 @@ impl Sessions {
         // client pings after an eighth of it without sending anything,
         // checked every 24th: the servers hear from the session at least
         // every sixth of its timeout, which `ZooKeeperOptions::expiry_lead`
-        // counts on.
+        // counts on (measured by the test
+        // `an_idle_session_is_heard_from_at_least_every_sixth_of_its_timeout`).
         let mut connector = Client::connector()
             .with_session_timeout(requested)
             .with_connection_timeout(requested / 3);
@@ -96,39 +104,144 @@ impl Sessions {
         Ok(client)
     }
 
-    /// Lets go of the open session, if any, and waits (at most a request
-    /// timeout) until it is closed: zookeeper-client closes a session when
-    /// its last `Client` goes, and the servers then delete its ephemeral
-    /// nodes at once. A session still in use elsewhere (a watch) closes when
-    /// that ends. The next operation opens a new session.
+    /// Closes the open session, if any, and waits (at most a request
+    /// timeout) until the client reports it closed: the servers have then
+    /// deleted every node it owned. The next operation opens a new session.
     pub(crate) async fn close(&self) {
-        let Some(client) = self.current.lock().await.take() else {
+        let Some(session) = self.current.lock().await.take() else {
             return;
-        };
-        let session = client.session_id().0;
-        let mut state = client.state_watcher();
-        drop(client);
-        let closed = async {
-            while !state.state().is_terminated() {
-                state.changed().await;
-            }
         };
         let bound = self
             .options
             .request_timeout
             .min(self.options.session_timeout);
-        match tokio::time::timeout(bound, closed).await {
-            Ok(()) => tracing::debug!(backend = BACKEND, session, "ZooKeeper session closed"),
-            Err(_) => tracing::debug!(
-                backend = BACKEND,
-                session,
-                "ZooKeeper session still in use; it closes when its last user goes"
-            ),
-        }
+        session.close(bound).await;
     }
 
     /// The session timeout every session is opened with.
     pub(crate) fn session_timeout(&self) -> Duration {
         self.options.session_timeout
+    }
+}
+
+/// One ZooKeeper session.
+///
+/// zookeeper-client closes a session (its servers then delete the session's
+/// ephemeral nodes at once) only when the last clone of its `Client` is
+/// dropped. So the backend keeps exactly one lasting clone, here, and
+/// everything else that talks to the session (a campaign, a watch, a held
+/// lease's expiry timer, a withdrawal) takes a clone only for work that
+/// [`unless_closed`](Self::unless_closed) ends: [`close`](Self::close) drops
+/// the lasting clone and ends that work, so the last clone goes. A held
+/// lease keeps the session, not a client.
+///
+/// It also knows which of its nodes live candidacies still track (see
+/// [`Claim`]): any other candidate node the session owns is a withdrawal that
+/// never landed, and the next look at its election deletes it.
+#[derive(Debug)]
+pub(crate) struct Session {
+    id: i64,
+    client: std::sync::Mutex<Option<Client>>,
+    state: StateWatcher,
+    closing: watch::Sender<bool>,
+    /// The node-name prefixes (`_c_<uuid>-latch-`) of live candidacies.
+    claimed: std::sync::Mutex<HashSet<String>>,
+}
+
+impl Session {
+    fn new(client: Client) -> Session {
+        Session {
+            id: client.session_id().0,
+            state: client.state_watcher(),
+            client: std::sync::Mutex::new(Some(client)),
+            closing: watch::Sender::new(false),
+            claimed: Default::default(),
+        }
+    }
+
+    /// The session id.
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// A client of this session, for requests, or for a wait inside
+    /// [`unless_closed`](Self::unless_closed); an error once it is closed.
+    pub(crate) fn client(&self) -> Result<Client> {
+        self.client
+            .lock()
+            .unwrap()
+            .clone()
+            .ok_or_else(|| unavailable("the ZooKeeper session was closed"))
+    }
+
+    /// Whether the session ended: closed, expired, or failed authentication.
+    pub(crate) fn ended(&self) -> bool {
+        *self.closing.borrow() || self.state.peek_state().is_terminated()
+    }
+
+    /// Runs `work` unless (or until) the session is closed: `None` then, and
+    /// `work` (with the clients it holds) is dropped at once.
+    pub(crate) async fn unless_closed<F: Future>(&self, work: F) -> Option<F::Output> {
+        let mut closing = self.closing.subscribe();
+        tokio::select! {
+            biased;
+            _ = closing.wait_for(|closed| *closed) => None,
+            output = work => Some(output),
+        }
+    }
+
+    /// Marks the nodes named `prefix<sequence>` as a live candidacy's until
+    /// the claim is dropped (once its node is known gone).
+    pub(crate) fn claim(self: &Arc<Self>, prefix: &str) -> Claim {
+        self.claimed.lock().unwrap().insert(prefix.to_owned());
+        Claim {
+            session: self.clone(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Whether a live candidacy of this session claims the node `name`.
+    pub(crate) fn claims(&self, name: &str) -> bool {
+        latch::prefix_of(name).is_some_and(|prefix| self.claimed.lock().unwrap().contains(prefix))
+    }
+
+    /// Ends every use of the session, lets go of its client, and waits (at
+    /// most `bound`) until the client reports the session closed.
+    async fn close(&self, bound: Duration) {
+        self.closing.send_replace(true);
+        drop(self.client.lock().unwrap().take());
+        let mut state = self.state.clone();
+        let closed = async {
+            while !state.state().is_terminated() {
+                state.changed().await;
+            }
+        };
+        match tokio::time::timeout(bound, closed).await {
+            Ok(()) => tracing::debug!(
+                backend = BACKEND,
+                session = self.id,
+                "ZooKeeper session closed"
+            ),
+            Err(_) => tracing::warn!(
+                backend = BACKEND,
+                session = self.id,
+                "ZooKeeper session not closed within {bound:?}: the servers may be out of \
+                 reach, or a client taken with ZooKeeperBackend::client still holds it"
+            ),
+        }
+    }
+}
+
+/// A live candidacy's claim on its nodes (by their `_c_<uuid>-latch-`
+/// prefix), from before its create is sent until its node is known gone.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    session: Arc<Session>,
+    prefix: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.session.claimed.lock().unwrap().remove(&self.prefix);
     }
 }

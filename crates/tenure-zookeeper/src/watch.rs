@@ -9,6 +9,7 @@ use zookeeper_client::{Client, Error as ZkError, EventType, OneshotWatcher};
 
 use crate::error::{bounded, map, unavailable};
 use crate::latch;
+use crate::session::Session;
 use crate::Settings;
 
 /// The leader now, and a watch that fires on the next change of the
@@ -53,7 +54,7 @@ async fn current(
 }
 
 struct Watcher {
-    client: Client,
+    session: Arc<Session>,
     election: String,
     settings: Arc<Settings>,
     pending: Option<OneshotWatcher>,
@@ -61,8 +62,17 @@ struct Watcher {
 }
 
 impl Watcher {
-    /// The next leader state that differs from the last one reported.
+    /// The next leader state that differs from the last one reported; an
+    /// error once the session ends or is closed.
     async fn next(&mut self) -> Result<LeaderEvent> {
+        let session = self.session.clone();
+        session
+            .unless_closed(self.next_change())
+            .await
+            .unwrap_or_else(|| Err(unavailable("the ZooKeeper session of a watch was closed")))
+    }
+
+    async fn next_change(&mut self) -> Result<LeaderEvent> {
         loop {
             if let Some(watcher) = self.pending.take() {
                 let event = watcher.changed().await;
@@ -70,7 +80,10 @@ impl Watcher {
                     return Err(unavailable("the ZooKeeper session of a watch ended"));
                 }
             }
-            let (event, watcher) = current(&self.client, &self.election, &self.settings).await?;
+            // A client only for this look: a watch waiting for its next
+            // change holds none, so it never keeps a closed session open.
+            let client = self.session.client()?;
+            let (event, watcher) = current(&client, &self.election, &self.settings).await?;
             self.pending = Some(watcher);
             if self.last.as_ref() != Some(&event) {
                 return Ok(event);
@@ -80,12 +93,12 @@ impl Watcher {
 }
 
 pub(crate) async fn watch(
-    client: Client,
+    session: Arc<Session>,
     election: String,
     settings: Arc<Settings>,
 ) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
     let mut watcher = Watcher {
-        client,
+        session,
         election,
         settings,
         pending: None,

@@ -2,12 +2,17 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{candidacy, children, connect, connect_to, plain, zookeeper, TTL};
+use common::{
+    candidacy, candidacy_with_ttl, children, connect, connect_to, plain, until_children, zookeeper,
+    TTL,
+};
 use futures::StreamExt;
 use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::proxy::{FaultProxy, Mode};
+use tenure_conformance::ProxyLink;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaderEvent,
     Lease, LeaseBackend,
@@ -489,6 +494,154 @@ async fn a_request_cut_off_by_a_silent_server_fails_retryably() {
         Ok(acquisition) => panic!("acquired through a silent server: {acquisition:?}"),
     }
     proxy.set(Mode::Pass);
+}
+
+/// Sets every proxy of a link to `mode`.
+fn cut(link: &ProxyLink, mode: Mode) {
+    for proxy in link.proxies() {
+        proxy.set(mode);
+    }
+}
+
+/// Issue 12: a withdrawal whose delete dies with its connection is retried
+/// until it lands (or the session ends), so the node of a dropped campaign
+/// never outlives it while its session lives on. A waiting candidate's link
+/// is cut for half its session timeout, its campaign dropped during the cut,
+/// and the cut ends with a reset: the delete sent into it is lost, as when a
+/// connection dies under a request. The session survives. Once the holder
+/// resigns, the candidate that waited behind the withdrawn one leads within
+/// a round trip, and the withdrawn candidate's session owns no node.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_withdrawal_lost_with_its_connection_is_retried_until_it_lands() {
+    let ttl = Duration::from_secs(4);
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
+        .await
+        .expect("ZooKeeper ensemble");
+    let options = common::options().with_session_timeout(ttl);
+    let direct = cluster.endpoints().join(",");
+    let a = ZooKeeperBackend::connect(&direct, options.clone())
+        .await
+        .unwrap();
+    let c = Arc::new(
+        ZooKeeperBackend::connect(&direct, options.clone())
+            .await
+            .unwrap(),
+    );
+    let servers: Vec<_> = cluster.nodes().iter().map(|n| n.addr()).collect();
+    let (link, addrs) = ProxyLink::start_all(&servers).await.unwrap();
+    let proxied: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    let b = Arc::new(
+        ZooKeeperBackend::connect(&proxied.join(","), options)
+            .await
+            .unwrap(),
+    );
+    let b_session = b.session_id().await.unwrap();
+    let zk = plain(&cluster).await;
+
+    let lease = common::hold(&a, &candidacy_with_ttl("ghost", "a", ttl)).await;
+    let waiting_b = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.acquire(&candidacy_with_ttl("ghost", "b", ttl), AcquireMode::Wait)
+                .await
+        })
+    };
+    until_children(&zk, "/ghost", 2).await;
+    let mut waiting_c = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let granted = c
+                .acquire(&candidacy_with_ttl("ghost", "c", ttl), AcquireMode::Wait)
+                .await;
+            (Instant::now(), granted)
+        })
+    };
+    until_children(&zk, "/ghost", 3).await;
+
+    cut(&link, Mode::Blackhole);
+    waiting_b.abort(); // b's campaign is dropped: its withdrawal goes into the cut
+    tokio::time::sleep(ttl / 2).await;
+    cut(&link, Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cut(&link, Mode::Pass);
+    // However long the withdrawal takes to land, it must land while b's
+    // session lives; the hand-over below is what tells.
+    let _ = wait_for("b's node withdrawn", ttl, || {
+        let zk = zk.clone();
+        async move { (children(&zk, "/ghost").await.len() == 2).then_some(()) }
+    })
+    .await;
+
+    let released = Instant::now();
+    a.release(&lease).await.unwrap();
+    let bound = Duration::from_millis(300);
+    let (led, granted) = match tokio::time::timeout(bound, &mut waiting_c).await {
+        Ok(outcome) => outcome.unwrap(),
+        Err(_) => panic!(
+            "c still waits {bound:?} after a's release, behind {:?} (b's session {b_session:x} \
+             owns {:?}): b's withdrawn node outlived its candidacy",
+            nodes_of(&zk, "/ghost").await,
+            common::owned_by(&zk, "/ghost", b_session).await,
+        ),
+    };
+    assert!(granted.unwrap().granted().is_some(), "c was not granted");
+    assert!(led - released < bound, "{:?}", led - released);
+    assert_eq!(
+        b.session_id().await,
+        Some(b_session),
+        "b's session did not outlive the cut: the test proves nothing"
+    );
+    assert_eq!(
+        common::owned_by(&zk, "/ghost", b_session).await,
+        Vec::<String>::new(),
+        "b's session still owns a node"
+    );
+}
+
+/// Issue 12: a node of our own session that no live candidacy of this
+/// backend tracks (a withdrawal that never landed leaves one) is deleted at
+/// the next look at its election, so a new candidacy never queues behind its
+/// own ghost. Another session's node is left alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_of_our_session_that_no_candidacy_tracks_is_deleted_at_the_next_look() {
+    let cluster = zookeeper().await;
+    let a = connect(&cluster).await;
+    let zk = plain(&cluster).await;
+    let ours = a.client().await.unwrap();
+    let stray = "/stray/_c_00000000-0000-4000-8000-000000000000-latch-";
+    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    ours.mkdir(
+        "/stray",
+        &CreateMode::Container.with_acls(Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    ours.create(stray, b"ghost", &ephemeral).await.unwrap();
+    drop(ours);
+
+    let lease = hold(&a, "stray", "a").await;
+    assert_eq!(
+        nodes_of(&zk, "/stray")
+            .await
+            .into_iter()
+            .map(|(_, data)| data)
+            .collect::<Vec<_>>(),
+        vec![b"a".to_vec()],
+        "the ghost outlived a's look at its election"
+    );
+    a.release(&lease).await.unwrap();
+
+    // Another session's candidate is not ours to delete.
+    zk.create(stray, b"other", &ephemeral).await.unwrap();
+    match a
+        .acquire(&candidacy("stray", "a"), AcquireMode::Once)
+        .await
+        .unwrap()
+    {
+        Acquisition::Held(info) => assert_eq!(info.identity.as_str(), "other"),
+        Acquisition::Granted(_) => panic!("a was granted ahead of another session's node"),
+    }
+    assert_eq!(children(&zk, "/stray").await.len(), 1);
 }
 
 /// Issue 12: elections `k` and `k/b` are independent, though `k/b`'s

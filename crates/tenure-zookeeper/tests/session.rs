@@ -1,5 +1,5 @@
 //! The backend's ZooKeeper session: how often an idle one talks to the
-//! servers (the expiry lead counts on it).
+//! servers (the expiry lead counts on it), and how `close` ends it.
 
 mod common;
 
@@ -7,7 +7,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{connect_to, zookeeper, TTL};
+use common::{candidacy_with_ttl, children, connect_to, owned_by, plain, zookeeper, TTL};
+use tenure_core::{AcquireMode, LeaseBackend};
+use tenure_zookeeper::ZooKeeperBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -105,4 +107,84 @@ async fn an_idle_session_is_heard_from_at_least_every_sixth_of_its_timeout() {
          changed, and ZooKeeperOptions::expiry_lead (and Sessions::connect) must change with it"
     );
     assert_eq!(backend.session_id().await, Some(session));
+}
+
+/// `LeaseBackend::close` ends the session: when it returns, every node the
+/// session owned (a held lease's, a queued candidacy's) is gone from the
+/// server, a standby leads at once, and the queued candidacy's wait ends
+/// with a retryable error. Leases and waits still hold on to the session
+/// when it is called.
+#[tokio::test(flavor = "multi_thread")]
+async fn close_deletes_every_node_of_the_session_and_a_standby_leads_at_once() {
+    // Leases outlive close by far (and a request deadline of a second keeps
+    // the close of a session in use short), so only close can take them.
+    let ttl = Duration::from_secs(4);
+    let options = common::options()
+        .with_session_timeout(ttl)
+        .with_request_timeout(Duration::from_secs(1));
+    let cluster = zookeeper().await;
+    let endpoints = cluster.endpoints().join(",");
+    let mut backends = Vec::new();
+    for _ in 0..3 {
+        let backend = ZooKeeperBackend::connect(&endpoints, options.clone())
+            .await
+            .unwrap();
+        backends.push(Arc::new(backend));
+    }
+    let (a, b, c) = (
+        backends[0].clone(),
+        backends[1].clone(),
+        backends[2].clone(),
+    );
+    let wants = |key: &str, who: &str| candidacy_with_ttl(key, who, ttl);
+    let zk = plain(&cluster).await;
+    let lease = common::hold(&a, &wants("closing", "a")).await;
+    let before = common::hold(&c, &wants("closing-queue", "c")).await;
+    let queued = {
+        let (a, wants) = (a.clone(), wants("closing-queue", "a"));
+        tokio::spawn(async move { a.acquire(&wants, AcquireMode::Wait).await })
+    };
+    let standby = {
+        let (b, wants) = (b.clone(), wants("closing", "b"));
+        tokio::spawn(async move {
+            let granted = b.acquire(&wants, AcquireMode::Wait).await;
+            (Instant::now(), granted)
+        })
+    };
+    common::until_children(&zk, "/closing", 2).await;
+    common::until_children(&zk, "/closing-queue", 2).await;
+    let session = a.session_id().await.expect("a's session");
+    let lease = a.renew(&lease).await.unwrap();
+
+    LeaseBackend::close(&*a).await.unwrap();
+    let closed = Instant::now();
+    assert!(lease.is_valid(), "a's lease lapsed before close returned");
+    let mut left = owned_by(&zk, "/closing", session).await;
+    left.extend(owned_by(&zk, "/closing-queue", session).await);
+    assert!(
+        left.is_empty(),
+        "nodes of a's session outlived close: {left:?}"
+    );
+    let bound = Duration::from_millis(300);
+    let (led, granted) = tokio::time::timeout(bound, standby)
+        .await
+        .unwrap_or_else(|_| panic!("b still waits {bound:?} after a's close"))
+        .unwrap();
+    assert!(granted.unwrap().granted().is_some(), "b was not granted");
+    assert!(
+        led.saturating_duration_since(closed) < bound,
+        "{:?}",
+        led - closed
+    );
+    match tokio::time::timeout(Duration::from_secs(1), queued)
+        .await
+        .expect("a's queued candidacy still waits after close")
+        .unwrap()
+    {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(acquisition) => panic!("a's queued candidacy got {acquisition:?} after close"),
+    }
+    assert!(a.renew(&lease).await.is_err_and(|e| e.is_lease_lost()));
+    assert_eq!(children(&zk, "/closing-queue").await.len(), 1);
+    c.release(&before).await.unwrap();
 }
