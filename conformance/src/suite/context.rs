@@ -68,6 +68,16 @@ pub(crate) struct Inner {
 pub struct Cx(pub(crate) Arc<Inner>);
 
 impl Cx {
+    /// The most of a backend's declared expiry slack a failover bound allows.
+    pub const MAX_SLACK: Duration = Duration::from_secs(1);
+
+    /// What a failover bound allows beyond the TTL and the expiry slack: the
+    /// standby hearing of the expiry and taking the key.
+    pub const FAILOVER_MARGIN: Duration = Duration::from_millis(250);
+
+    /// How many hand-overs a case times to judge "at once" by their median.
+    pub const AT_ONCE_SAMPLES: usize = 5;
+
     pub(crate) fn new(factory: Arc<dyn BackendFactory>, case: &'static str) -> Cx {
         let caps = factory.capabilities();
         let timing = factory.timing();
@@ -164,12 +174,15 @@ impl Cx {
     }
 
     /// What the backend promises for `property`.
+    ///
+    /// A factory's [gaps](BackendFactory::gaps) cannot excuse
+    /// [`Property::Exclusive`]: a split brain is always a failure.
     pub fn expect(&self, property: Property) -> Expect {
         if let Some(gap) = self
             .factory()
             .gaps()
             .into_iter()
-            .find(|g| g.property == property)
+            .find(|g| g.property == property && property != Property::Exclusive)
         {
             return Expect::NotPromised(gap.why.to_owned());
         }
@@ -202,6 +215,52 @@ impl Cx {
         } else {
             Ok(())
         }
+    }
+
+    /// The bound on a failover after a crash or a cut: the TTL, plus the
+    /// backend's declared expiry slack (at most [`Cx::MAX_SLACK`]), plus
+    /// [`Cx::FAILOVER_MARGIN`] for the standby to hear of it and take the key.
+    pub fn failover_bound(&self) -> Duration {
+        self.ttl() + self.caps().expiry_slack.min(Self::MAX_SLACK) + Self::FAILOVER_MARGIN
+    }
+
+    /// Checks hand-over `samples` were "at once": the median within
+    /// [`Timing::at_once`] and every one within [`Timing::at_once_max`].
+    /// The report's hand-over figure is the median; the note has the rest.
+    pub fn at_once(&self, samples: &[Duration], what: &str) -> Step {
+        let mut sorted = samples.to_vec();
+        sorted.sort();
+        let (Some(&p50), Some(&max)) = (sorted.get(sorted.len() / 2), sorted.last()) else {
+            return Err(Failure::Fail(format!("no {what} was timed")));
+        };
+        let p90 = sorted[sorted.len() * 9 / 10];
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        self.figures(|f| f.handover_ms = Some(ms(p50)));
+        self.note(format!(
+            "{what}, {} timed: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+            sorted.len(),
+            ms(p50),
+            ms(p90),
+            ms(max)
+        ));
+        let (bound, bound_max) = (self.timing().at_once, self.timing().at_once_max);
+        self.check(Property::Timing, p50 <= bound, || {
+            format!(
+                "{what}: median {p50:?} of {}, above {bound:?}: not at once",
+                sorted.len()
+            )
+        })?;
+        self.check(Property::Timing, max <= bound_max, || {
+            let slow: Vec<String> = samples
+                .iter()
+                .filter(|d| **d > bound_max)
+                .map(|d| format!("{d:?}"))
+                .collect();
+            format!(
+                "{what}: {} above {bound_max:?}: not at once",
+                slow.join(", ")
+            )
+        })
     }
 
     /// Updates the measured figures.

@@ -8,7 +8,7 @@ use tenure_core::LossReason;
 use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Holder, Leader, Standby};
-use super::context::{Context, Failure};
+use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
 use crate::factory::{BackendFactory, LinkFault};
@@ -18,8 +18,12 @@ fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// `resign` hands leadership to a campaigning standby within one round trip,
-/// and the resigned term is over before the release is sent.
+/// `resign` hands leadership to a campaigning standby at once, and the
+/// resigned term is over before the release is sent. Two candidates hand
+/// over [`Cx::AT_ONCE_SAMPLES`] times, each timed from the resign call to the
+/// standby's grant: the median is within
+/// [`Timing::at_once`](crate::Timing::at_once), each one within
+/// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "resign_hands_over_at_once",
@@ -30,34 +34,65 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
         let rt = cx.timing().round_trip;
-        let mut a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, rt).await?;
-        a.write();
-        let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
-        cx.until_waiting(&key, 1).await?;
-        let resigned = Instant::now();
-        a.resign().await?;
-        let mut b = standby.leads(&cx, cx.ttl()).await?;
-        let handover = cx.safety().get(b.id).start - resigned;
-        cx.figures(|f| f.handover_ms = Some(millis(handover)));
-        cx.check(Property::Contract, !a.term.is_valid(), || {
-            "the resigned term still claims validity".into()
-        })?;
-        let (_, reason) = cx.within(rt, "a's loss", a.lost()).await?;
-        cx.check(Property::Contract, reason == LossReason::Resigned, || {
-            format!("a's term ended as {reason:?}")
-        })?;
-        cx.check(Property::Timing, handover <= rt, || {
-            format!("hand-over took {handover:?}, more than one round trip ({rt:?})")
-        })?;
-        b.write();
-        b.resign().await
+        let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
+        let mut leader = Leader::campaign(&cx, &electors[0], rt).await?;
+        let mut samples = Vec::with_capacity(Cx::AT_ONCE_SAMPLES);
+        for round in 1..=Cx::AT_ONCE_SAMPLES {
+            leader.write();
+            let standby = Standby::start(&cx, electors[round % 2].clone());
+            cx.until_waiting(&key, 1).await?;
+            let resigned = Instant::now();
+            leader.resign().await?;
+            let next = standby.leads(&cx, cx.ttl()).await?;
+            samples.push(cx.safety().get(next.id).start - resigned);
+            cx.check(Property::Contract, !leader.term.is_valid(), || {
+                "the resigned term still claims validity".into()
+            })?;
+            let (_, reason) = cx
+                .within(rt, "the resigned leader's loss", leader.lost())
+                .await?;
+            cx.check(Property::Contract, reason == LossReason::Resigned, || {
+                format!("the resigned term ended as {reason:?}")
+            })?;
+            leader = next;
+        }
+        leader.write();
+        leader.resign().await?;
+        cx.at_once(&samples, "hand-over after resign")
     })
     .await
 }
 
+/// Waits up to `limit` for `a`'s term to end: a leader that goes on
+/// believing it leads after a fault that stops its renewals breaks the
+/// contract (points 5 and 6), whatever its backend said to its renewals.
+pub(crate) async fn steps_down(
+    cx: &Cx,
+    a: &Leader,
+    limit: Duration,
+    after: &str,
+) -> Step<(Instant, LossReason)> {
+    match tokio::time::timeout(limit, a.lost()).await {
+        Ok(lost) => Ok(lost),
+        Err(_) => {
+            let left = a
+                .term
+                .valid_until()
+                .saturating_duration_since(Instant::now());
+            let why = format!(
+                "{after}, the leader still believed it led {limit:?} later \
+                 (valid for {left:?} more): its renewals went on without the servers"
+            );
+            cx.check(Property::Contract, false, || why.clone())?;
+            Err(Failure::Fail(why))
+        }
+    }
+}
+
 /// A leader that stops renewing without releasing (a crash) is replaced by
-/// a campaigning standby within the TTL plus the backend's slack plus 1 s;
-/// the crashed leader's late write is refused.
+/// a campaigning standby within [`Cx::failover_bound`] (the TTL, the
+/// backend's slack up to 1 s, and 250 ms), never before the crashed leader's
+/// last `valid_until`; the crashed leader's late write is refused.
 pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "crashed_leader_taken_over_after_ttl",
@@ -86,11 +121,20 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
         sleep(ttl / 2).await; // let a renew at least once
         let crashed = Instant::now();
         renewer.abort(); // drops a's lease and client, releasing nothing
+        let _ = renewer.await; // a renewal in flight is over
         cx.safety().end(term, crashed);
-        let bound = ttl + cx.caps().expiry_slack + Duration::from_secs(1);
+        let deadline = cx.safety().get(term).valid_until;
+        let bound = cx.failover_bound();
         let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
-        let failover = cx.safety().get(b.id).start - crashed;
+        let b_start = cx.safety().get(b.id).start;
+        let failover = b_start - crashed;
         cx.figures(|f| f.failover_ms = Some(millis(failover)));
+        cx.check(Property::Exclusive, deadline < b_start, || {
+            format!(
+                "b leads {:?} before the crashed a's valid_until",
+                deadline - b_start
+            )
+        })?;
         cx.check(Property::Timing, failover <= bound, || {
             format!("failover took {failover:?}, bound {bound:?}")
         })?;
@@ -128,7 +172,7 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
         cx.until_waiting(&key, 1).await?;
         let cut = Instant::now();
         link.set(LinkFault::Blackhole).await.ctx("cutting a off")?;
-        let (lost_at, reason) = cx.within(cx.ttl() + rt, "a's loss", a.lost()).await?;
+        let (lost_at, reason) = steps_down(&cx, &a, cx.ttl() + rt, "cut off").await?;
         let deadline = a.term.valid_until();
         cx.check(Property::Contract, reason == LossReason::Expired, || {
             format!("cut off, a's term ended as {reason:?}")
@@ -136,7 +180,7 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
         cx.check(Property::Timing, lost_at <= deadline + rt, || {
             format!("lost() fired {:?} after valid_until", lost_at - deadline)
         })?;
-        let bound = cx.ttl() + cx.caps().expiry_slack + rt;
+        let bound = cx.failover_bound();
         let mut b = standby.leads(&cx, bound + rt).await?;
         let b_start = cx.safety().get(b.id).start;
         cx.figures(|f| f.failover_ms = Some(millis(b_start - cut)));

@@ -18,8 +18,8 @@ use crate::report::{CaseReport, Property};
 /// servers' leader leaves the candidate leading (its renewals go on); killing
 /// the servers' own leader (raft, zab) either leaves it leading once the
 /// servers re-elect, or it steps down by its `valid_until` and the standby
-/// leads within the TTL plus slack plus a round trip of the re-election,
-/// plus the time the servers took to re-elect (a new leader may refresh
+/// leads within [`Cx::failover_bound`] of the re-election, plus the time
+/// the servers took to re-elect (a new leader may refresh
 /// every lease by its election timeout, as etcd's does). Never two leaders;
 /// the old leader's write is refused; killed nodes are started again.
 pub async fn server_node_killed_leader_survives_or_fails_over(
@@ -120,7 +120,7 @@ async fn kill_nodes(cx: &Cx, servers: &dyn ServerFaults, down: &mut Vec<usize>) 
     })?;
     // A new raft leader refreshes every lease by its election timeout
     // (etcd), which is no longer than the servers took to elect it.
-    let bound = ttl + cx.caps().expiry_slack + rt + (reelected - killed);
+    let bound = cx.failover_bound() + (reelected - killed);
     let limit = (reelected + bound + rt).saturating_duration_since(Instant::now());
     let b = standby.leads(cx, limit).await?;
     let b_start = cx.safety().get(b.id).start;

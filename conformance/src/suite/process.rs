@@ -74,8 +74,9 @@ async fn leading_process(
     }
 }
 
-/// A candidate process frozen (SIGSTOP) for longer than the TTL is replaced;
-/// resumed, it reports the loss, is no longer valid, and its write is refused.
+/// A candidate process frozen (SIGSTOP) for longer than the TTL is replaced
+/// within [`Cx::failover_bound`], never before its `valid_until`; resumed, it
+/// reports the loss, is no longer valid, and its write is refused.
 pub async fn paused_candidate_loses_and_its_write_is_refused(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -91,9 +92,10 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
         cx.until_waiting(&key, 1).await?;
         let paused = Instant::now();
         a.pause().map_err(io("SIGSTOP"))?;
-        let bound = cx.ttl() + cx.caps().expiry_slack + Duration::from_secs(1);
+        let bound = cx.failover_bound();
         let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
-        let failover = cx.safety().get(b.id).start - paused;
+        let b_start = cx.safety().get(b.id).start;
+        let failover = b_start - paused;
         cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
         b.write();
         a.resume().map_err(io("SIGCONT"))?;
@@ -116,6 +118,13 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
                 format!("resumed, the candidate reported {other:?}, not its loss")
             })?,
         }
+        let deadline = cx.safety().get(term).valid_until;
+        cx.check(Property::Exclusive, deadline < b_start, || {
+            format!(
+                "b leads {:?} before the frozen a's valid_until",
+                deadline - b_start
+            )
+        })?;
         let status = a
             .request(Command::Write, Duration::from_secs(2))
             .await
@@ -141,7 +150,9 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
 }
 
 /// A candidate process killed (SIGKILL) while leading is replaced within
-/// the TTL plus the backend's slack plus 1 s; its token is refused after.
+/// [`Cx::failover_bound`] (the TTL, the backend's slack up to 1 s, and 250 ms:
+/// tighter than the 1 s the name still says), never before its last
+/// `valid_until`; its token is refused after.
 pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -166,10 +177,19 @@ pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
         let killed = Instant::now();
         a.kill().await.map_err(io("SIGKILL"))?;
         cx.safety().end(term, killed);
-        let bound = cx.ttl() + cx.caps().expiry_slack + Duration::from_secs(1);
+        // The last deadline a told of: renewals after it only move it later.
+        let deadline = cx.safety().get(term).valid_until;
+        let bound = cx.failover_bound();
         let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
-        let failover = cx.safety().get(b.id).start - killed;
+        let b_start = cx.safety().get(b.id).start;
+        let failover = b_start - killed;
         cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
+        cx.check(Property::Exclusive, deadline < b_start, || {
+            format!(
+                "b leads {:?} before the killed a's valid_until",
+                deadline - b_start
+            )
+        })?;
         cx.check(Property::Timing, failover <= bound, || {
             format!("failover took {failover:?}, bound {bound:?}")
         })?;

@@ -14,8 +14,9 @@ use crate::report::{CaseReport, Property};
 
 /// With every server node paused for longer than the TTL, the leader steps
 /// down at its `valid_until`; once the servers resume and have a leader of
-/// their own again, a standby leads within the TTL plus slack, and the old
-/// leader's write is refused.
+/// their own again, a standby leads within [`Cx::failover_bound`](super::Cx::failover_bound),
+/// never before the old leader's `valid_until`, and the old leader's write
+/// is refused.
 pub async fn servers_paused_longer_than_ttl_leader_steps_down(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -42,7 +43,9 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
                 .await
                 .ctx(format_args!("pausing node {node}"))?;
         }
-        let (lost_at, reason) = cx.within(cx.ttl() + rt, "a's loss", a.lost()).await?;
+        let (lost_at, reason) =
+            super::elector::steps_down(&cx, &a, cx.ttl() + rt, "with every server node paused")
+                .await?;
         let deadline = a.term.valid_until();
         cx.check(Property::Contract, reason == LossReason::Expired, || {
             format!("a's term ended as {reason:?}")
@@ -78,12 +81,15 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
                 (recovered - resumed).as_millis()
             ));
         }
-        let bound = cx.ttl() + cx.caps().expiry_slack + rt;
+        let bound = cx.failover_bound();
         let mut b = standby
             .leads(&cx, (recovered - resumed) + bound + rt)
             .await?;
         let b_start = cx.safety().get(b.id).start;
         cx.figures(|f| f.failover_ms = Some((b_start - paused).as_secs_f64() * 1000.0));
+        cx.check(Property::Exclusive, deadline < b_start, || {
+            format!("b leads {:?} before a's valid_until", deadline - b_start)
+        })?;
         cx.check(
             Property::Timing,
             b_start.saturating_duration_since(recovered) <= bound,

@@ -75,13 +75,15 @@ pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>
 
         // 2. C runs the leader's work through `run`; B resigns; C leads; C shuts down.
         let c = elector(&cx, &cc, &key, "c")?;
+        let c_term = Arc::new(std::sync::Mutex::new(None));
         let running = {
-            let (c, cx) = (c.clone(), cx.clone());
+            let (c, cx, c_term) = (c.clone(), cx.clone(), c_term.clone());
             tokio::spawn(async move {
                 c.run(|leadership| {
-                    let cx = cx.clone();
+                    let (cx, c_term) = (cx.clone(), c_term.clone());
                     async move {
-                        let _leader = Leader::new(&cx, leadership);
+                        let leader = Leader::new(&cx, leadership);
+                        *c_term.lock().unwrap_or_else(|e| e.into_inner()) = Some(leader.id);
                         std::future::pending::<()>().await
                     }
                 })
@@ -100,6 +102,11 @@ pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>
         })?;
         let d = Standby::start(&cx, elector(&cx, &cd, &key, "d")?);
         cx.until_waiting(&key, 1).await?;
+        // As for a: c stops believing before its shutdown (its loss is
+        // otherwise recorded by a task that may run after d's grant).
+        if let Some(id) = *c_term.lock().unwrap_or_else(|e| e.into_inner()) {
+            cx.safety().end(id, Instant::now());
+        }
         c.shutdown().await;
         let returned = Instant::now();
         exit(&cc).await?;

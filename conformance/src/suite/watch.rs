@@ -19,7 +19,7 @@ fn elected_as(h: &Holder) -> LeaderEvent {
     })
 }
 
-/// The first event of a fresh watch must be `want`.
+/// The first event of a fresh watch must be `want`, within a round trip.
 async fn first_event(
     cx: &Cx,
     client: &Client,
@@ -28,17 +28,21 @@ async fn first_event(
     when: &str,
 ) -> Step {
     let mut watcher = Watcher::open(client, key).await?;
-    let (first, _) = watcher.next(cx, cx.timing().round_trip).await?;
-    cx.check(Property::Contract, first == *want, || {
+    let limit = cx.timing().round_trip;
+    let first = watcher.next_within(limit).await?.map(|(e, _)| e);
+    cx.check(Property::Contract, first.as_ref() == Some(want), || {
+        let began = first
+            .as_ref()
+            .map_or(format!("nothing for {limit:?}"), show);
         format!(
-            "{when}, a new watch began with {} instead of {}",
-            show(&first),
+            "{when}, a new watch began with {began} instead of {}",
             show(want)
         )
     })
 }
 
-/// Waits for `next`, letting through only repeats of the state before it.
+/// Waits for `next`, letting through only repeats of the state before it:
+/// another event, or none within `limit`, breaks the contract.
 async fn step(
     cx: &Cx,
     w: &mut Watcher,
@@ -48,9 +52,20 @@ async fn step(
     what: &str,
 ) -> Step {
     let previous = std::mem::replace(now, next.clone());
-    w.until(cx, limit, what, |e| *e == next, |e| *e == previous)
-        .await
-        .map(|_| ())
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let event = w.next_within(left).await?.map(|(e, _)| e);
+        if event.as_ref() == Some(&next) {
+            return Ok(());
+        }
+        if event.as_ref() != Some(&previous) {
+            return cx.check(Property::Contract, false, || match &event {
+                Some(e) => format!("waiting for {what}, the watch reported {}", show(e)),
+                None => format!("the watch did not report {what} within {limit:?}"),
+            });
+        }
+    }
 }
 
 /// A new watch reports the state at the time it is opened: vacant, held, vacant again.

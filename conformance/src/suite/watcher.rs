@@ -40,16 +40,23 @@ impl Watcher {
     }
 
     /// The next event, at most `limit` away.
-    pub async fn next(&mut self, cx: &Cx, limit: Duration) -> Step<(LeaderEvent, Instant)> {
-        let item = cx
-            .within(limit, "the next watch event", self.events.next())
-            .await?;
+    pub async fn next(&mut self, _cx: &Cx, limit: Duration) -> Step<(LeaderEvent, Instant)> {
+        self.next_within(limit)
+            .await?
+            .ok_or_else(|| Failure::Fail(format!("the next watch event: nothing after {limit:?}")))
+    }
+
+    /// The next event, or `None` if none came within `limit`.
+    pub async fn next_within(&mut self, limit: Duration) -> Step<Option<(LeaderEvent, Instant)>> {
+        let Ok(item) = tokio::time::timeout(limit, self.events.next()).await else {
+            return Ok(None);
+        };
         let event = item
             .ok_or_else(|| Failure::Fail("the watch stream ended".into()))?
             .ctx("watch event")?;
         let at = Instant::now();
         self.seen.push((event.clone(), at));
-        Ok((event, at))
+        Ok(Some((event, at)))
     }
 
     /// Skips events until one satisfies `want`; the skipped ones must satisfy `may_skip`.
