@@ -1,22 +1,58 @@
-//! The suite's factory for the in-process [`MemoryBackend`].
+//! The suite's factory for the in-process [`MemoryBackend`], dressed as a
+//! cluster of simulated server nodes.
 
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{Capabilities, ElectionKey, MemoryBackend, Result};
+use tenure_core::{Capabilities, ElectionKey, LeaseBackend, MemoryBackend, Result};
 
-use crate::factory::{BackendFactory, Client, Link, LinkFault, ServerFaults, Timing};
+use crate::factory::{
+    BackendFactory, CandidateCommand, Client, Link, LinkFault, ServerFaults, Timing,
+};
 
-/// Clients of one in-process server; each client has its own fault knobs,
-/// which serve as its [`Link`]. Pausing the (single) server node cuts every
-/// client off at once: nothing reaches it and no answer comes back.
-#[derive(Clone, Debug)]
+/// What the servers do with their state when they recover: elect a new
+/// leader of their own, or come back from a restart.
+pub type Recovery = Arc<dyn Fn(&MemoryBackend) + Send + Sync>;
+
+/// Clients of one in-process server that plays a cluster of nodes (3 by
+/// default). Each client has its own fault knobs, which serve as its
+/// [`Link`], and talks to one node:
+///
+/// - a paused or killed node cuts its clients off (their calls hang); a
+///   client of a killed node moves to a live one, as a client with every
+///   endpoint does;
+/// - while the servers have no leader (theirs was killed, or is paused),
+///   every client is cut off; a killed leader is replaced after the
+///   re-election time (150 ms) if a majority of nodes is up;
+/// - on every election and after [`restart_all`](ServerFaults::restart_all)
+///   (100 ms down) the servers recover their state as etcd and ZooKeeper do
+///   from disk: holders, queues and tokens are kept, and every holder's TTL
+///   starts over ([`MemoryBackend::refresh_all`]); a factory made
+///   [`on_recovery`](Self::on_recovery) does something else.
+///
+/// With [`with_candidate`](Self::with_candidate), candidate processes are
+/// clients of the same server through a loopback TCP front.
+#[derive(Clone)]
 pub struct MemoryFactory {
     server: MemoryBackend,
     timing: Timing,
     name: String,
-    clients: Arc<Mutex<Vec<MemoryBackend>>>,
+    cluster: Arc<Cluster>,
+    candidate: Option<PathBuf>,
+    front: Arc<OnceLock<Option<String>>>,
+}
+
+impl std::fmt::Debug for MemoryFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryFactory")
+            .field("name", &self.name)
+            .field("timing", &self.timing)
+            .field("nodes", &self.cluster.nodes)
+            .field("candidate", &self.candidate)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for MemoryFactory {
@@ -26,12 +62,12 @@ impl Default for MemoryFactory {
 }
 
 impl MemoryFactory {
-    /// A fresh server with default capabilities; 600 ms TTL.
+    /// A fresh server with default capabilities on 3 nodes; 600 ms TTL.
     pub fn new() -> Self {
         Self::with_capabilities(MemoryBackend::default_capabilities())
     }
 
-    /// A fresh server that declares `capabilities`.
+    /// A fresh server on 3 nodes that declares `capabilities`.
     pub fn with_capabilities(capabilities: Capabilities) -> Self {
         let mut timing = Timing::for_capabilities(&capabilities);
         let ttl = timing
@@ -46,7 +82,9 @@ impl MemoryFactory {
             server: MemoryBackend::with_capabilities(capabilities),
             timing,
             name: "memory".into(),
-            clients: Arc::default(),
+            cluster: Arc::new(Cluster::new(3, Arc::new(MemoryBackend::refresh_all))),
+            candidate: None,
+            front: Arc::default(),
         }
     }
 
@@ -56,9 +94,62 @@ impl MemoryFactory {
         self
     }
 
+    /// The same server played by `nodes` nodes (1 or more); with one node,
+    /// pausing it cuts every client off, and it elects itself at once.
+    pub fn with_nodes(mut self, nodes: usize) -> Self {
+        self.cluster = Arc::new(Cluster::new(nodes.max(1), self.cluster.recovery.clone()));
+        self
+    }
+
+    /// The same, with `recovery` instead of refreshing every lease when the
+    /// servers elect a leader or come back from a restart: a mutant can lose
+    /// its leases, or its tokens, there.
+    pub fn on_recovery(
+        mut self,
+        recovery: impl Fn(&MemoryBackend) + Send + Sync + 'static,
+    ) -> Self {
+        self.cluster = Arc::new(Cluster::new(self.cluster.nodes, Arc::new(recovery)));
+        self
+    }
+
+    /// The same, starting candidate processes with `program` (a binary built
+    /// on [`main_with`](crate::process::candidate::main_with) that knows
+    /// `memory+tcp://`, such as `tenure-candidate`).
+    pub fn with_candidate(mut self, program: impl Into<PathBuf>) -> Self {
+        self.candidate = Some(program.into());
+        self
+    }
+
     /// The server, for its counters.
     pub fn server(&self) -> &MemoryBackend {
         &self.server
+    }
+
+    /// A new client of the server, attached to a node like every client the
+    /// factory makes, as the concrete [`MemoryBackend`] (to wrap it).
+    pub fn memory_client(&self) -> MemoryBackend {
+        let client = self.server.client();
+        self.cluster.attach(client.clone());
+        client
+    }
+
+    /// A command starting a candidate process on `make`'s clients, through
+    /// this factory's front (started on the current runtime on first use):
+    /// `None` without [`with_candidate`](Self::with_candidate) or a runtime.
+    pub fn candidate_serving(
+        &self,
+        make: impl Fn() -> Arc<dyn LeaseBackend> + Send + Sync + 'static,
+    ) -> Option<CandidateCommand> {
+        let program = self.candidate.clone()?;
+        let url = self.front.get_or_init(|| {
+            crate::process::front::serve(Arc::new(make))
+                .map(|addr| format!("memory+tcp://{addr}"))
+                .ok()
+        });
+        Some(CandidateCommand {
+            program,
+            url: url.clone()?,
+        })
     }
 }
 
@@ -102,11 +193,7 @@ impl BackendFactory for MemoryFactory {
     }
 
     async fn client(&self) -> Result<Client> {
-        let client = self.server.client();
-        self.clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(client.clone());
+        let client = self.memory_client();
         Ok(Client {
             backend: Arc::new(client.clone()),
             link: Some(memory_link(&client)),
@@ -137,35 +224,181 @@ impl BackendFactory for MemoryFactory {
     fn servers(&self) -> Option<&dyn ServerFaults> {
         Some(self)
     }
+
+    fn candidate(&self) -> Option<CandidateCommand> {
+        let factory = self.clone();
+        self.candidate_serving(move || Arc::new(factory.memory_client()))
+    }
 }
 
 #[async_trait]
 impl ServerFaults for MemoryFactory {
     fn nodes(&self) -> usize {
-        1
+        self.cluster.nodes
     }
 
-    async fn pause(&self, _node: usize) -> Result<()> {
-        for client in self
-            .clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            client.faults().cut_off();
+    async fn pause(&self, node: usize) -> Result<()> {
+        self.cluster.update(|st| st.paused[node] = true);
+        Ok(())
+    }
+
+    async fn unpause(&self, node: usize) -> Result<()> {
+        self.cluster.update(|st| st.paused[node] = false);
+        Ok(())
+    }
+
+    async fn kill(&self, node: usize) -> Result<()> {
+        let elect = self.cluster.update(|st| st.kill(node));
+        if elect {
+            self.cluster.clone().elect_later(self.server.clone());
         }
         Ok(())
     }
 
-    async fn unpause(&self, _node: usize) -> Result<()> {
-        for client in self
-            .clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            client.faults().heal();
+    async fn start(&self, node: usize) -> Result<()> {
+        let elect = self.cluster.update(|st| {
+            st.down[node] = false;
+            st.leader.is_none() && !st.electing
+        });
+        if elect {
+            self.cluster.clone().elect_later(self.server.clone());
         }
         Ok(())
+    }
+
+    async fn restart_all(&self) -> Result<()> {
+        self.cluster.update(|st| {
+            for node in 0..st.down.len() {
+                st.kill(node);
+            }
+            st.electing = true;
+        });
+        tokio::time::sleep(RESTART).await;
+        self.cluster
+            .update(|st| st.down.iter_mut().for_each(|d| *d = false));
+        tokio::time::sleep(REELECTION).await;
+        self.cluster.elect(&self.server);
+        Ok(())
+    }
+
+    async fn leader(&self) -> Result<Option<usize>> {
+        Ok(self.cluster.state().leader)
+    }
+}
+
+/// How long the simulated servers take to elect a new leader.
+const REELECTION: Duration = Duration::from_millis(150);
+
+/// How long the simulated servers are down in a restart, before they elect.
+const RESTART: Duration = Duration::from_millis(100);
+
+/// The simulated nodes and the clients attached to them.
+struct Cluster {
+    nodes: usize,
+    recovery: Recovery,
+    state: Mutex<ClusterState>,
+}
+
+struct ClusterState {
+    clients: Vec<(MemoryBackend, usize)>,
+    attached: usize,
+    down: Vec<bool>,
+    paused: Vec<bool>,
+    leader: Option<usize>,
+    electing: bool,
+}
+
+impl ClusterState {
+    /// Kills `node`; whether an election must start.
+    fn kill(&mut self, node: usize) -> bool {
+        self.down[node] = true;
+        self.paused[node] = false;
+        if let Some(live) = (0..self.down.len()).find(|&n| !self.down[n]) {
+            for (_, at) in self.clients.iter_mut().filter(|(_, at)| *at == node) {
+                *at = live;
+            }
+        }
+        if self.leader == Some(node) {
+            self.leader = None;
+        }
+        let elect = self.leader.is_none() && !self.electing;
+        self.electing |= elect;
+        elect
+    }
+
+    /// Whether a client of `node` reaches the servers' leader.
+    fn reaches(&self, node: usize) -> bool {
+        !self.down[node] && !self.paused[node] && self.leader.is_some_and(|l| !self.paused[l])
+    }
+
+    /// Cuts off, or lets through, every client as its node stands.
+    fn apply(&self) {
+        for (client, node) in &self.clients {
+            client.faults().node_down(!self.reaches(*node));
+        }
+    }
+}
+
+impl Cluster {
+    fn new(nodes: usize, recovery: Recovery) -> Self {
+        Cluster {
+            nodes,
+            recovery,
+            state: Mutex::new(ClusterState {
+                clients: Vec::new(),
+                attached: 0,
+                down: vec![false; nodes],
+                paused: vec![false; nodes],
+                leader: Some(0),
+                electing: false,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ClusterState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the state, then cuts off or lets through every client.
+    fn update<T>(&self, change: impl FnOnce(&mut ClusterState) -> T) -> T {
+        let mut st = self.state();
+        let out = change(&mut st);
+        st.apply();
+        out
+    }
+
+    /// Attaches `client` to the next live node, round robin.
+    fn attach(&self, client: MemoryBackend) {
+        self.update(|st| {
+            let n = st.down.len();
+            let node = (0..n)
+                .map(|i| (st.attached + i) % n)
+                .find(|&i| !st.down[i])
+                .unwrap_or(st.attached % n);
+            st.attached += 1;
+            st.clients.push((client, node));
+        });
+    }
+
+    /// Elects a leader after [`REELECTION`].
+    fn elect_later(self: Arc<Self>, server: MemoryBackend) {
+        tokio::spawn(async move {
+            tokio::time::sleep(REELECTION).await;
+            self.elect(&server);
+        });
+    }
+
+    /// Elects the first live node if a majority is up, and recovers the
+    /// servers' state; else waits for a node to start.
+    fn elect(&self, server: &MemoryBackend) {
+        let mut st = self.state();
+        st.electing = false;
+        let live: Vec<usize> = (0..self.nodes).filter(|&n| !st.down[n]).collect();
+        if st.leader.is_some() || live.len() <= self.nodes / 2 {
+            return;
+        }
+        (self.recovery)(server);
+        st.leader = live.first().copied();
+        st.apply();
     }
 }

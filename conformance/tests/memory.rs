@@ -1,5 +1,6 @@
 //! The conformance suite on the in-process memory backend: one test per
-//! case, faults through the memory backend's knobs. Report:
+//! case, faults through the memory backend's knobs and its simulated
+//! 3-node cluster, candidate processes through its TCP front. Report:
 //! `target/conformance/memory.md`.
 
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use std::time::Duration;
 use tenure_conformance::{suite, MemoryFactory, Outcome};
 use tenure_core::{Capabilities, KeyRule};
 
-tenure_conformance::conformance_tests!(MemoryFactory::new());
+tenure_conformance::conformance_tests!(
+    MemoryFactory::new().with_candidate(env!("CARGO_BIN_EXE_tenure-candidate"))
+);
 
 /// The input cases that need a stricter backend than the default memory
 /// one (a key rule, a TTL minimum and granularity, a short key limit) run
