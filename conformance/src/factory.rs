@@ -289,3 +289,39 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
         (**self).quiesce().await
     }
 }
+
+/// Waits until the factory's server write counter has not moved for
+/// `quiet`, for at most `limit`; `Ok(false)` if it kept moving, `Ok(true)`
+/// at once where the factory counts no writes.
+///
+/// For [`BackendFactory::quiesce`] of a deployment that cases share: leases
+/// that earlier cases left to expire expire on the servers up to one TTL
+/// (plus the expiry slack) later, and their expiry is a write that a
+/// counting case must not count. `quiet` = TTL + expiry slack covers them.
+pub async fn until_writes_settle(
+    factory: &dyn BackendFactory,
+    quiet: Duration,
+    limit: Duration,
+) -> Result<bool> {
+    let start = tokio::time::Instant::now();
+    let Some(first) = factory.server_writes().await else {
+        return Ok(true);
+    };
+    let (mut last, mut since) = (first?, start);
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = tokio::time::Instant::now();
+        let Some(writes) = factory.server_writes().await else {
+            return Ok(true);
+        };
+        let writes = writes?;
+        if writes != last {
+            (last, since) = (writes, now);
+        } else if now - since >= quiet {
+            return Ok(true);
+        }
+        if now - start >= limit {
+            return Ok(false);
+        }
+    }
+}

@@ -18,14 +18,17 @@ pub mod process;
 pub mod report;
 pub mod servers;
 pub mod suite;
+pub mod trials;
 
 /// Re-exported for implementing [`BackendFactory`] and [`Link`].
 pub use async_trait::async_trait;
 pub use factory::{
-    BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault, ServerFaults, Timing,
+    until_writes_settle, BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault,
+    ServerFaults, Timing,
 };
 pub use link::ProxyLink;
 pub use memory::MemoryFactory;
 pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};
 pub use servers::ClusterServers;
 pub use suite::{run_all, run_one, Case, CASES};
+pub use trials::{run_targets, Target};

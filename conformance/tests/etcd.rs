@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::{
-    BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink, ServerFaults,
+    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
+    ServerFaults, Target,
 };
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
@@ -110,6 +111,12 @@ impl BackendFactory for EtcdFactory {
         Some(self.count_keys(key).await.map(|n| n > 0))
     }
 
+    async fn quiesce(&self) -> Result<()> {
+        // Leases earlier cases left to expire: their revocations are writes.
+        let quiet = self.timing().ttl + self.capabilities().expiry_slack;
+        until_writes_settle(self, quiet, quiet * 4).await.map(drop)
+    }
+
     async fn server_version(&self) -> Option<String> {
         self.version.clone()
     }
@@ -139,10 +146,13 @@ impl BackendFactory for EtcdFactory {
     }
 }
 
-mod single {
-    tenure_conformance::conformance_tests!(async super::EtcdFactory::start(1, "etcd-1node"));
-}
+/// etcd stores any key: no key breaks a key rule.
+const ANY_KEY: &str = "key_breaking_backend_rule_is_invalid_argument";
 
-mod three {
-    tenure_conformance::conformance_tests!(async super::EtcdFactory::start(3, "etcd-3node"));
+fn main() -> std::process::ExitCode {
+    tenure_conformance::run_targets(vec![
+        Target::new("single", || EtcdFactory::start(1, "etcd-1node"))
+            .expect_skips(&[ANY_KEY, "server_node_killed_leader_survives_or_fails_over"]),
+        Target::new("three", || EtcdFactory::start(3, "etcd-3node")).expect_skips(&[ANY_KEY]),
+    ])
 }

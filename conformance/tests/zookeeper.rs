@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::{
-    BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink, ServerFaults,
+    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
+    ServerFaults, Target,
 };
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 use tenure_zookeeper::zookeeper_client::Error as ZkError;
@@ -170,8 +171,10 @@ impl BackendFactory for ZooKeeperFactory {
             *backends = kept;
             idle
         };
+        // Sessions earlier cases left to expire: their ends are writes.
+        let quiet = self.timing().ttl + self.capabilities().expiry_slack;
         if idle.is_empty() {
-            return Ok(());
+            return until_writes_settle(self, quiet, quiet * 4).await.map(drop);
         }
         let mut open = 0;
         for backend in &idle {
@@ -190,7 +193,8 @@ impl BackendFactory for ZooKeeperFactory {
             || async { (self.zxid().await.ok()? >= before + open).then_some(()) },
         )
         .await
-        .map_err(harness)
+        .map_err(harness)?;
+        until_writes_settle(self, quiet, quiet * 4).await.map(drop)
     }
 
     async fn server_writes(&self) -> Option<Result<u64>> {
@@ -240,16 +244,10 @@ impl BackendFactory for ZooKeeperFactory {
     }
 }
 
-mod single {
-    tenure_conformance::conformance_tests!(async super::ZooKeeperFactory::start(
-        1,
-        "zookeeper-1node"
-    ));
-}
-
-mod three {
-    tenure_conformance::conformance_tests!(async super::ZooKeeperFactory::start(
-        3,
-        "zookeeper-3node"
-    ));
+fn main() -> std::process::ExitCode {
+    tenure_conformance::run_targets(vec![
+        Target::new("single", || ZooKeeperFactory::start(1, "zookeeper-1node"))
+            .expect_skips(&["server_node_killed_leader_survives_or_fails_over"]),
+        Target::new("three", || ZooKeeperFactory::start(3, "zookeeper-3node")),
+    ])
 }

@@ -123,29 +123,37 @@ impl CaseReport {
         !matches!(self.outcome, Outcome::Fail(_))
     }
 
+    /// The case's findings, if it failed: why, each violation, the notes.
+    pub fn failure(&self) -> Option<String> {
+        let Outcome::Fail(reason) = &self.outcome else {
+            return None;
+        };
+        let violations: Vec<String> = self
+            .violations
+            .iter()
+            .map(|v| {
+                format!(
+                    "  [{}{}] {}",
+                    v.property,
+                    if v.promised { "" } else { ", not promised" },
+                    v.detail
+                )
+            })
+            .collect();
+        Some(format!(
+            "{} on {} failed: {reason}\n{}\nnotes: {:?}",
+            self.case,
+            self.backend,
+            violations.join("\n"),
+            self.notes
+        ))
+    }
+
     /// Panics with the case's findings if it failed.
     #[track_caller]
     pub fn assert_ok(&self) {
-        if let Outcome::Fail(reason) = &self.outcome {
-            let violations: Vec<String> = self
-                .violations
-                .iter()
-                .map(|v| {
-                    format!(
-                        "  [{}{}] {}",
-                        v.property,
-                        if v.promised { "" } else { ", not promised" },
-                        v.detail
-                    )
-                })
-                .collect();
-            panic!(
-                "{} on {} failed: {reason}\n{}\nnotes: {:?}",
-                self.case,
-                self.backend,
-                violations.join("\n"),
-                self.notes
-            );
+        if let Some(failure) = self.failure() {
+            panic!("{failure}");
         }
     }
 }

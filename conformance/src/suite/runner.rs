@@ -82,6 +82,9 @@ where
         Quiet::Machine => (None, Some(machine_lock().write().await)),
         _ => (Some(machine_lock().read().await), None),
     };
+    // Then across processes: other test binaries may run side by side.
+    let _machine_across =
+        super::machine_lock::MachineLock::take(meta.quiet == Quiet::Machine).await;
     let lock = quiet_lock(factory.name());
     let (_shared, _alone) = match meta.quiet {
         Quiet::Backend => (None, Some(lock.write_owned().await)),
@@ -166,7 +169,7 @@ fn finish_safety(cx: &Cx) -> Step {
 }
 
 /// Records a case's report under `target/conformance/` (on a blocking thread).
-async fn record(report: &CaseReport) {
+pub(crate) async fn record(report: &CaseReport) {
     let owned = report.clone();
     match tokio::task::spawn_blocking(move || report::record(&owned)).await {
         Ok(Ok(path)) => println!("{}\n(report: {})", report::row(report), path.display()),

@@ -1,0 +1,183 @@
+//! Running the suite as a test binary of its own (`harness = false`), with
+//! [libtest-mimic]: one trial per case and deployment, a deployment started
+//! once and shared by its cases, skips shown as `ignored` with their reason.
+//!
+//! ```no_run
+//! // tests/mybackend.rs, with `[[test]] name = "mybackend" harness = false`
+//! use std::sync::Arc;
+//! use tenure_conformance::{BackendFactory, MemoryFactory, Target};
+//!
+//! fn main() -> std::process::ExitCode {
+//!     tenure_conformance::run_targets(vec![Target::new("", || async {
+//!         Arc::new(MemoryFactory::new()) as Arc<dyn BackendFactory>
+//!     })
+//!     .expect_skips(&["cluster_restart_tokens_keep_increasing"])])
+//! }
+//! ```
+//!
+//! A case that skips shows as `ignored` with why, and must be one the target
+//! lists with [`Target::expect_skips`]: an unexpected skip fails, and so does
+//! a listed case that runs. Cases that check `tenure-core` alone (the
+//! Elector's own input checks) run only where the target asks for them
+//! ([`Target::with_core_cases`]).
+//!
+//! [libtest-mimic]: https://docs.rs/libtest-mimic
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use tokio::sync::OnceCell;
+
+use crate::factory::BackendFactory;
+use crate::report::{CaseReport, Outcome};
+use crate::suite::{Case, CASES};
+
+type Start = Box<dyn Fn() -> BoxFuture<'static, Arc<dyn BackendFactory>> + Send + Sync>;
+
+/// One deployment of a backend that the suite runs on (a 1-node cluster, a
+/// 3-node one), and what to expect of it.
+pub struct Target {
+    group: String,
+    start: Start,
+    expected_skips: HashSet<&'static str>,
+    unavailable: Option<String>,
+    core_cases: bool,
+    factory: OnceCell<Result<Arc<dyn BackendFactory>, String>>,
+}
+
+impl Target {
+    /// A deployment whose trials are named `<group>::<case>` (just `<case>`
+    /// for an empty group), started by `start` when its first case runs and
+    /// shared by all its cases.
+    pub fn new<F, Fut>(group: impl Into<String>, start: F) -> Target
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Arc<dyn BackendFactory>> + Send + 'static,
+    {
+        Target {
+            group: group.into(),
+            start: Box::new(move || start().boxed()),
+            expected_skips: HashSet::new(),
+            unavailable: None,
+            core_cases: false,
+            factory: OnceCell::new(),
+        }
+    }
+
+    /// The cases this deployment cannot run (they skip, with their reason);
+    /// any other skip fails.
+    pub fn expect_skips(mut self, cases: &[&'static str]) -> Target {
+        self.expected_skips.extend(cases.iter().copied());
+        self
+    }
+
+    /// Skips every case of this deployment, with `why` (a deployment that
+    /// cannot be had here); nothing is started.
+    pub fn unavailable(mut self, why: impl Into<String>) -> Target {
+        self.unavailable = Some(why.into());
+        self
+    }
+
+    /// Also runs the cases that check `tenure-core` alone (the memory
+    /// backend's target does; a backend's need not).
+    pub fn with_core_cases(mut self) -> Target {
+        self.core_cases = true;
+        self
+    }
+
+    fn trial_name(&self, case: &str) -> String {
+        if self.group.is_empty() {
+            case.to_owned()
+        } else {
+            format!("{}::{case}", self.group)
+        }
+    }
+
+    fn cases(&self) -> impl Iterator<Item = &'static Case> + '_ {
+        CASES.iter().filter(|c| self.core_cases || !c.core_only)
+    }
+
+    async fn factory(&self) -> Result<Arc<dyn BackendFactory>, String> {
+        self.factory
+            .get_or_init(|| async {
+                match tokio::spawn((self.start)()).await {
+                    Ok(factory) => Ok(factory),
+                    Err(e) => Err(format!("starting the deployment failed: {e}")),
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// How one case's report ends its trial.
+    fn conclude(&self, report: &CaseReport) -> Result<Completion, Failed> {
+        let expected = self.expected_skips.contains(report.case.as_str());
+        match (&report.outcome, expected) {
+            (Outcome::Skipped(why), true) => Ok(Completion::ignored_with(why)),
+            (Outcome::Skipped(why), false) => Err(format!(
+                "unexpected skip ({why}): the target does not list {} among its expected skips",
+                report.case
+            )
+            .into()),
+            (_, true) if report.ok() => Err(format!(
+                "{} ran although the target lists it as an expected skip: remove it from the list",
+                report.case
+            )
+            .into()),
+            _ => match report.failure() {
+                None => Ok(Completion::Completed),
+                Some(failure) => Err(failure.into()),
+            },
+        }
+    }
+}
+
+/// Runs the suite on `targets` as libtest does with tests (filters, `--list`,
+/// `--test-threads`, `--exact` ...), records every case under
+/// `target/conformance/`, and returns the exit code. Each target's
+/// deployment is started when its first case runs, and removed when all
+/// are done.
+pub fn run_targets(targets: Vec<Target>) -> ExitCode {
+    let args = Arguments::from_args();
+    let runtime = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the suite"),
+    );
+    let targets: Vec<Arc<Target>> = targets.into_iter().map(Arc::new).collect();
+    let mut trials = Vec::new();
+    for target in &targets {
+        for case in target.cases() {
+            let name = target.trial_name(case.name);
+            if let Some(why) = &target.unavailable {
+                let why = why.clone();
+                trials.push(Trial::ignorable_test(name, move || {
+                    Ok(Completion::ignored_with(why))
+                }));
+                continue;
+            }
+            let (target, runtime) = (target.clone(), runtime.clone());
+            trials.push(Trial::ignorable_test(name, move || {
+                runtime.block_on(async {
+                    let factory = target.factory().await.map_err(Failed::from)?;
+                    let report = (case.run)(factory).await;
+                    crate::suite::record(&report).await;
+                    target.conclude(&report)
+                })
+            }));
+        }
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    // The deployments go now (their containers are removed on drop), in
+    // the runtime's context for what their clients leave to it.
+    let _context = runtime.enter();
+    drop(targets);
+    conclusion.exit_code()
+}
