@@ -121,7 +121,8 @@ text_impls!(CandidateId);
 pub struct FencingToken(u64);
 
 impl FencingToken {
-    /// Wraps a raw token (etcd create revision, ZooKeeper czxid, Lease transitions).
+    /// Wraps a raw token (etcd create revision, ZooKeeper czxid, one above the
+    /// resourceVersion a Kubernetes Lease take-over compared against).
     pub const fn new(raw: u64) -> Self {
         FencingToken(raw)
     }
