@@ -18,7 +18,7 @@ use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 
 /// The TTL of every case: the session timeout (the harness's servers run a
 /// 200 ms tickTime, so 400 ms .. 20 s are allowed).
-const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+const SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The harness's servers' tickTime.
 const TICK_TIME: Duration = Duration::from_millis(200);
@@ -115,6 +115,11 @@ impl ZooKeeperFactory {
     async fn wipe(&self, key: &ElectionKey) -> Result<()> {
         let client = self.inspector.client().await?;
         let path = self.inspector.election_path(key);
+        // The inspector's server may lag the grant just made: catch up first.
+        match client.sync(&path).await {
+            Ok(()) | Err(ZkError::NoNode) => {}
+            Err(e) => return Err(harness(e)),
+        }
         let children = match client.list_children(&path).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(()),
