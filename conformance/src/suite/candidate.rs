@@ -289,6 +289,30 @@ impl Standby {
     }
 }
 
+impl Standby {
+    /// Waits for it to lead after a failover that should take at most
+    /// `bound` from `since`: a late one is waited for up to twice the bound
+    /// (so the case can measure it), and none by then breaks the timing.
+    pub async fn fails_over(
+        mut self,
+        cx: &Cx,
+        since: Instant,
+        bound: std::time::Duration,
+    ) -> Step<Leader> {
+        let limit = (since + bound * 2).saturating_duration_since(Instant::now());
+        match tokio::time::timeout(limit, &mut self.handle).await {
+            Ok(joined) => {
+                joined.map_err(|e| super::context::Failure::Fail(format!("standby task: {e}")))?
+            }
+            Err(_) => {
+                let why = format!("no standby led within {:?} (bound {bound:?})", bound * 2);
+                cx.check(Property::Timing, false, || why.clone())?;
+                Err(super::context::Failure::Fail(why))
+            }
+        }
+    }
+}
+
 impl Drop for Standby {
     fn drop(&mut self) {
         self.handle.abort();

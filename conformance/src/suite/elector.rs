@@ -125,7 +125,7 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
         cx.safety().end(term, crashed);
         let deadline = cx.safety().get(term).valid_until;
         let bound = cx.failover_bound();
-        let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
+        let mut b = standby.fails_over(&cx, crashed, bound).await?;
         let b_start = cx.safety().get(b.id).start;
         let failover = b_start - crashed;
         cx.figures(|f| f.failover_ms = Some(millis(failover)));
@@ -181,7 +181,7 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
             format!("lost() fired {:?} after valid_until", lost_at - deadline)
         })?;
         let bound = cx.failover_bound();
-        let mut b = standby.leads(&cx, bound + rt).await?;
+        let mut b = standby.fails_over(&cx, cut, bound).await?;
         let b_start = cx.safety().get(b.id).start;
         cx.figures(|f| f.failover_ms = Some(millis(b_start - cut)));
         cx.check(Property::Exclusive, deadline < b_start, || {

@@ -121,8 +121,7 @@ async fn kill_nodes(cx: &Cx, servers: &dyn ServerFaults, down: &mut Vec<usize>) 
     // A new raft leader refreshes every lease by its election timeout
     // (etcd), which is no longer than the servers took to elect it.
     let bound = cx.failover_bound() + (reelected - killed);
-    let limit = (reelected + bound + rt).saturating_duration_since(Instant::now());
-    let b = standby.leads(cx, limit).await?;
+    let b = standby.fails_over(cx, reelected, bound).await?;
     let b_start = cx.safety().get(b.id).start;
     cx.check(Property::Exclusive, deadline < b_start, || {
         format!("b leads {:?} before a's valid_until", deadline - b_start)

@@ -93,7 +93,7 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
         let paused = Instant::now();
         a.pause().map_err(io("SIGSTOP"))?;
         let bound = cx.failover_bound();
-        let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
+        let mut b = standby.fails_over(&cx, paused, bound).await?;
         let b_start = cx.safety().get(b.id).start;
         let failover = b_start - paused;
         cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
@@ -180,7 +180,7 @@ pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
         // The last deadline a told of: renewals after it only move it later.
         let deadline = cx.safety().get(term).valid_until;
         let bound = cx.failover_bound();
-        let mut b = standby.leads(&cx, bound + cx.timing().round_trip).await?;
+        let mut b = standby.fails_over(&cx, killed, bound).await?;
         let b_start = cx.safety().get(b.id).start;
         let failover = b_start - killed;
         cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));

@@ -82,9 +82,7 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
             ));
         }
         let bound = cx.failover_bound();
-        let mut b = standby
-            .leads(&cx, (recovered - resumed) + bound + rt)
-            .await?;
+        let mut b = standby.fails_over(&cx, recovered, bound).await?;
         let b_start = cx.safety().get(b.id).start;
         cx.figures(|f| f.failover_ms = Some((b_start - paused).as_secs_f64() * 1000.0));
         cx.check(Property::Exclusive, deadline < b_start, || {
