@@ -1,0 +1,674 @@
+//! The planted-bug memory backend: a [`Mutant`] wraps one client of a
+//! [`MemoryFactory`]'s server with one [`Bug`]; a [`MutantFactory`] makes
+//! such clients (candidate processes' too, through the factory's front).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, StreamExt};
+use tenure_conformance::factory::{
+    BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault, ServerFaults, Timing,
+};
+use tenure_conformance::memory::memory_link;
+use tenure_conformance::MemoryFactory;
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, Capabilities, ElectionKey, FencingToken,
+    KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseBackend, MemoryBackend, Result,
+};
+use tokio::time::Instant;
+
+/// The planted bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// Every grant gets token 1.
+    TokenStuck,
+    /// Deadlines count from half a TTL after the request was sent.
+    DeadlineTooLate,
+    /// Declares a 100 ms minimum TTL but accepts anything.
+    MinTtlNotEnforced,
+    /// Release frees the key whoever holds it.
+    ReleaseByName,
+    /// Renewing a lost lease "succeeds".
+    RenewNeverLost,
+    /// A new watch leaves out the current state.
+    WatchSkipsCurrent,
+    /// Waiting polls the key instead of queueing (every attempt a write).
+    WaitByPolling,
+    /// A dropped waiting acquire stays queued.
+    WaitLeavesOrphan,
+    /// Declares `fencing: false` and gives no tokens.
+    NoFencing,
+    /// Deadlines count from when the answer arrived.
+    DeadlineFromAnswer,
+    /// Tokens restart after the election's server state is wiped.
+    TokensResetOnWipe,
+    /// A key's election also sees the elections nested under it (a prefix range).
+    NestedKeysShared,
+    /// A grant whose answer is still on its way is lost if the caller goes.
+    GrantLostInFlight,
+    /// Release returns at once and frees the key a little later.
+    ReleaseFireAndForget,
+    /// A single attempt on a held key joins the line and stays in it (a
+    /// candidate record created and never deleted).
+    OnceJoinsQueue,
+    /// A waiting candidate polls the key every 150 ms instead of being told.
+    PollsEvery150ms,
+    /// A renewal cancelled after it reached the server leaves the lease at a
+    /// version the client never saw, and release, comparing the version it
+    /// knows, silently does nothing (kubernetes#131867).
+    CancelledRenewKeepsKey,
+    /// Renewals answer OK but never extend the lease on the server.
+    RenewDoesNotExtend,
+    /// The server expires a lease half a TTL after it was granted or renewed.
+    EarlyExpiry,
+    /// The server keeps a lease for two TTLs.
+    ExpiryLate,
+    /// A watch reports holders but never a vacancy after its first event.
+    WatchSkipsVacancy,
+    /// Making a client writes to the server (a registration record).
+    WritesOnConnect,
+    /// Declares DNS-1123 keys but stores any key.
+    KeyRuleNotEnforced,
+    /// Declares a 63-byte key limit but stores longer keys.
+    MaxKeyLenNotEnforced,
+    /// Declares a 100 ms TTL granularity but takes any TTL.
+    TtlGranularityNotEnforced,
+    /// A renewal with no answer within 50 ms counts as done (a keep-alive
+    /// whose answer the client does not wait for): the holder goes on past
+    /// the deadline its last answered renewal gave it.
+    UnansweredRenewCounts,
+    /// Leases live on the servers' leader alone: a new leader starts without
+    /// any (after a kill or a restart).
+    LeasesLostOnFailover,
+    /// The token counter lives in memory alone: a restart of the servers
+    /// starts it again, and loses every lease.
+    TokensResetOnRestart,
+}
+
+/// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
+const POLL: Duration = Duration::from_millis(150);
+
+/// How long a [`Bug::UnansweredRenewCounts`] renewal waits for its answer.
+const UNANSWERED: Duration = Duration::from_millis(50);
+
+/// What the clients of one mutant server share.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Grants made before the last wipe (`TokensResetOnWipe`, `TokensResetOnRestart`).
+    wiped_at: AtomicU64,
+    /// Held keys and their holders (`NestedKeysShared`).
+    held: Mutex<HashMap<String, LeaderInfo>>,
+    /// Candidates polling each key (`PollsEvery150ms`).
+    polling: Mutex<HashMap<String, usize>>,
+    /// The send time of the last renewal of each grant that reached the
+    /// server, the lease's "version" (`CancelledRenewKeepsKey`).
+    versions: Mutex<HashMap<u64, Instant>>,
+}
+
+/// One client of the mutant server.
+#[derive(Debug, Clone)]
+pub struct Mutant {
+    inner: MemoryBackend,
+    bug: Bug,
+    attempts: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+    /// How long answers are held back (`GrantLostInFlight`; set by its link).
+    answer_delay: Arc<Mutex<Duration>>,
+}
+
+/// Counts a poller of `key` while it sleeps between attempts.
+struct Polling<'a> {
+    shared: &'a Shared,
+    key: String,
+    counted: bool,
+}
+
+impl Polling<'_> {
+    fn count(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            *self
+                .shared
+                .polling
+                .lock()
+                .unwrap()
+                .entry(self.key.clone())
+                .or_default() += 1;
+        }
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            if let Some(n) = self.shared.polling.lock().unwrap().get_mut(&self.key) {
+                *n -= 1;
+            }
+        }
+    }
+}
+
+/// Records a renewal that reached the server even if its caller went away
+/// before the answer (`CancelledRenewKeepsKey`).
+struct RenewalInFlight<'a> {
+    mutant: &'a Mutant,
+    grant: u64,
+    started: Instant,
+}
+
+impl Drop for RenewalInFlight<'_> {
+    fn drop(&mut self) {
+        let reached = self.mutant.inner.faults().last_request_at();
+        if reached.is_some_and(|at| at >= self.started) {
+            self.mutant.set_version(self.grant, self.started);
+        }
+    }
+}
+
+fn grant_id(lease: &Lease) -> u64 {
+    lease.handle().get::<u64>().copied().unwrap_or_default()
+}
+
+impl Mutant {
+    fn token(&self, token: Option<FencingToken>) -> Option<FencingToken> {
+        let wiped_at = self.shared.wiped_at.load(Ordering::SeqCst);
+        let resets = matches!(self.bug, Bug::TokensResetOnWipe | Bug::TokensResetOnRestart);
+        match token {
+            Some(t) if resets && t.get() > wiped_at && wiped_at > 0 => {
+                Some(FencingToken::new(t.get() - wiped_at))
+            }
+            other => other,
+        }
+    }
+
+    /// The holder of an election nested under `key`, if any (`NestedKeysShared`).
+    fn nested_holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
+        if self.bug != Bug::NestedKeysShared {
+            return None;
+        }
+        let held = self.shared.held.lock().unwrap();
+        held.iter()
+            .find(|(k, _)| {
+                k.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('.'))
+            })
+            .map(|(_, info)| info.clone())
+    }
+
+    /// The TTL the server applies to a candidacy (`EarlyExpiry`, `ExpiryLate`).
+    fn on_server(&self, candidacy: &Candidacy) -> Candidacy {
+        let ttl = match self.bug {
+            Bug::EarlyExpiry => candidacy.ttl() / 2,
+            Bug::ExpiryLate => candidacy.ttl() * 2,
+            _ => return candidacy.clone(),
+        };
+        Candidacy::new(candidacy.key().clone(), candidacy.identity().clone(), ttl)
+            .expect("a valid TTL scaled is valid")
+    }
+
+    /// `lease` as the server knows it.
+    fn server_lease(&self, lease: &Lease) -> Lease {
+        Lease::new(
+            self.on_server(lease.candidacy()),
+            lease.token(),
+            lease.sent_at(),
+            lease.handle().clone(),
+        )
+    }
+
+    fn set_version(&self, grant: u64, at: Instant) {
+        let mut versions = self.shared.versions.lock().unwrap();
+        let v = versions.entry(grant).or_insert(at);
+        *v = (*v).max(at);
+    }
+
+    /// A lease the server granted for `c`, as the client sees it.
+    fn lease(&self, c: &Candidacy, lease: Lease) -> Lease {
+        let token = match self.bug {
+            Bug::TokenStuck => Some(FencingToken::new(1)),
+            Bug::NoFencing => None,
+            _ => self.token(lease.token()),
+        };
+        let sent_at = match self.bug {
+            Bug::DeadlineTooLate => lease.sent_at() + lease.ttl() / 2,
+            _ => lease.sent_at(),
+        };
+        Lease::new(c.clone(), token, sent_at, lease.handle().clone())
+    }
+
+    fn event(&self, event: LeaderEvent) -> LeaderEvent {
+        match (self.bug, event) {
+            (Bug::NoFencing, LeaderEvent::Elected(info)) => LeaderEvent::Elected(LeaderInfo {
+                token: None,
+                ..info
+            }),
+            (Bug::TokenStuck, LeaderEvent::Elected(info)) => LeaderEvent::Elected(LeaderInfo {
+                token: Some(FencingToken::new(1)),
+                ..info
+            }),
+            (_, LeaderEvent::Elected(info)) => LeaderEvent::Elected(LeaderInfo {
+                token: self.token(info.token),
+                ..info
+            }),
+            (_, event) => event,
+        }
+    }
+
+    fn acquisition(&self, c: &Candidacy, a: Acquisition) -> Acquisition {
+        match a {
+            Acquisition::Granted(lease) => Acquisition::Granted(self.lease(c, lease)),
+            Acquisition::Held(info) => match self.event(LeaderEvent::Elected(info)) {
+                LeaderEvent::Elected(info) => Acquisition::Held(info),
+                LeaderEvent::Vacant => unreachable!("mapped an election"),
+            },
+        }
+    }
+
+    /// Polls every [`POLL`] until granted (`PollsEvery150ms`); counted as
+    /// waiting from its first refusal on.
+    async fn poll(&self, candidacy: &Candidacy) -> Result<Acquisition> {
+        let mut polling = Polling {
+            shared: &self.shared,
+            key: candidacy.key().as_str().to_owned(),
+            counted: false,
+        };
+        loop {
+            match self.inner.acquire(candidacy, AcquireMode::Once).await? {
+                Acquisition::Held(_) => {
+                    polling.count();
+                    tokio::time::sleep(POLL).await;
+                }
+                granted => return Ok(granted),
+            }
+        }
+    }
+
+    /// Leaves a waiting candidacy behind after a refused single attempt
+    /// (`OnceJoinsQueue`); returns once it is queued.
+    async fn join_queue(&self, candidacy: &Candidacy) {
+        let before = self.inner.queue_len(candidacy.key());
+        let (inner, orphan) = (self.inner.clone(), candidacy.clone());
+        tokio::spawn(async move { inner.acquire(&orphan, AcquireMode::Wait).await });
+        while self.inner.queue_len(candidacy.key()) == before {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// The link of a `GrantLostInFlight` client: held answers are the mutant's
+/// own delay; everything else goes to the memory client's faults.
+struct MutantLink {
+    memory: Arc<dyn Link>,
+    answer_delay: Arc<Mutex<Duration>>,
+}
+
+#[async_trait]
+impl Link for MutantLink {
+    async fn set(&self, fault: LinkFault) -> Result<()> {
+        match fault {
+            LinkFault::DelayAnswers(d) => {
+                *self.answer_delay.lock().unwrap() = d;
+                self.memory.set(LinkFault::Pass).await
+            }
+            other => {
+                *self.answer_delay.lock().unwrap() = Duration::ZERO;
+                self.memory.set(other).await
+            }
+        }
+    }
+
+    fn last_request_at(&self) -> Option<tokio::time::Instant> {
+        self.memory.last_request_at()
+    }
+}
+
+#[async_trait]
+impl LeaseBackend for Mutant {
+    fn name(&self) -> &'static str {
+        "mutant"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.inner.capabilities();
+        match self.bug {
+            Bug::MinTtlNotEnforced => caps.min_ttl = Duration::from_millis(100),
+            Bug::NoFencing => caps.fencing = false,
+            Bug::KeyRuleNotEnforced => caps.key_rule = KeyRule::Dns1123Subdomain,
+            Bug::MaxKeyLenNotEnforced => caps.max_key_len = 63,
+            Bug::TtlGranularityNotEnforced => caps.ttl_granularity = Duration::from_millis(100),
+            _ => {}
+        }
+        caps
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        if let Some(holder) = self.nested_holder(candidacy.key()) {
+            if mode == AcquireMode::Once {
+                return Ok(Acquisition::Held(holder));
+            }
+            while self.nested_holder(candidacy.key()).is_some() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let on_server = self.on_server(candidacy);
+        let granted = match (self.bug, mode) {
+            (Bug::WaitByPolling, AcquireMode::Wait) => loop {
+                match self.inner.acquire(&on_server, AcquireMode::Once).await? {
+                    Acquisition::Held(_) => {
+                        self.attempts.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    granted => break granted,
+                }
+            },
+            (Bug::PollsEvery150ms, AcquireMode::Wait) => self.poll(&on_server).await?,
+            (Bug::WaitLeavesOrphan, AcquireMode::Wait) => {
+                let (inner, candidacy) = (self.inner.clone(), on_server.clone());
+                let orphan =
+                    tokio::spawn(async move { inner.acquire(&candidacy, AcquireMode::Wait).await });
+                orphan.await.expect("the orphan runs to the end")?
+            }
+            (Bug::OnceJoinsQueue, AcquireMode::Once) => {
+                match self.inner.acquire(&on_server, AcquireMode::Once).await? {
+                    Acquisition::Held(info) => {
+                        self.join_queue(&on_server).await;
+                        Acquisition::Held(info)
+                    }
+                    granted => granted,
+                }
+            }
+            _ => self.inner.acquire(&on_server, mode).await?,
+        };
+        let granted = match (self.bug, granted) {
+            (Bug::DeadlineFromAnswer, Acquisition::Granted(lease)) => {
+                let answered = Instant::now();
+                Acquisition::Granted(Lease::new(
+                    lease.candidacy().clone(),
+                    lease.token(),
+                    answered,
+                    lease.handle().clone(),
+                ))
+            }
+            (_, granted) => granted,
+        };
+        if let (Bug::NestedKeysShared, Acquisition::Granted(lease)) = (self.bug, &granted) {
+            self.shared.held.lock().unwrap().insert(
+                lease.key().as_str().to_owned(),
+                LeaderInfo {
+                    identity: lease.holder().clone(),
+                    token: lease.token(),
+                },
+            );
+        }
+        if self.bug == Bug::GrantLostInFlight {
+            // The answer travels back; dropped meanwhile, the grant is lost.
+            let delay = *self.answer_delay.lock().unwrap();
+            tokio::time::sleep(delay).await;
+        }
+        Ok(self.acquisition(candidacy, granted))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let started = Instant::now();
+        match self.bug {
+            Bug::RenewDoesNotExtend => {
+                return Ok(lease.renewed(started, lease.handle().clone()));
+            }
+            Bug::UnansweredRenewCounts => {
+                return match tokio::time::timeout(UNANSWERED, self.inner.renew(lease)).await {
+                    Ok(answered) => answered,
+                    Err(_) => Ok(lease.renewed(started, lease.handle().clone())),
+                };
+            }
+            _ => {}
+        }
+        let in_flight = (self.bug == Bug::CancelledRenewKeepsKey).then(|| RenewalInFlight {
+            mutant: self,
+            grant: grant_id(lease),
+            started,
+        });
+        let renewed = self.inner.renew(&self.server_lease(lease)).await;
+        if let Some(in_flight) = in_flight {
+            std::mem::forget(in_flight);
+            if let Ok(renewed) = &renewed {
+                self.set_version(grant_id(lease), renewed.sent_at());
+            }
+        }
+        match renewed {
+            Err(e) if e.is_lease_lost() && self.bug == Bug::RenewNeverLost => {
+                Ok(lease.renewed(Instant::now(), lease.handle().clone()))
+            }
+            Ok(renewed) if self.bug == Bug::DeadlineFromAnswer => {
+                Ok(lease.renewed(Instant::now(), renewed.handle().clone()))
+            }
+            Ok(renewed) => Ok(lease.renewed(renewed.sent_at(), renewed.handle().clone())),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.shared
+            .held
+            .lock()
+            .unwrap()
+            .remove(lease.key().as_str());
+        match self.bug {
+            Bug::ReleaseByName => {
+                self.inner.expire_now(lease.key());
+                Ok(())
+            }
+            Bug::ReleaseFireAndForget => {
+                let (inner, lease) = (self.inner.clone(), lease.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = inner.release(&lease).await;
+                });
+                Ok(())
+            }
+            Bug::CancelledRenewKeepsKey => {
+                let version = self
+                    .shared
+                    .versions
+                    .lock()
+                    .unwrap()
+                    .get(&grant_id(lease))
+                    .copied();
+                if version.is_some_and(|v| v > lease.sent_at()) {
+                    // The compare-and-swap on the version failed; the error
+                    // is logged and swallowed, as client-go's was.
+                    return Ok(());
+                }
+                self.inner.release(lease).await
+            }
+            _ => self.inner.release(lease).await,
+        }
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        let events = self.inner.watch(key).await?;
+        let skip = usize::from(self.bug == Bug::WatchSkipsCurrent);
+        let mutant = self.clone();
+        let nested = self
+            .nested_holder(key)
+            .map(|info| Ok(LeaderEvent::Elected(info)));
+        let events = events.skip(skip).map(move |e| e.map(|e| mutant.event(e)));
+        let events = match self.bug {
+            Bug::WatchSkipsVacancy => {
+                let mut first = true;
+                events
+                    .filter(move |e| {
+                        let keep =
+                            std::mem::take(&mut first) || !matches!(e, Ok(LeaderEvent::Vacant));
+                        futures::future::ready(keep)
+                    })
+                    .boxed()
+            }
+            _ => events.boxed(),
+        };
+        Ok(futures::stream::iter(nested).chain(events).boxed())
+    }
+}
+
+/// What it takes to make a mutant client: shared by the factory and its
+/// candidate processes' front.
+#[derive(Clone)]
+struct Parts {
+    memory: MemoryFactory,
+    bug: Bug,
+    attempts: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+}
+
+impl Parts {
+    fn mutant(&self, inner: MemoryBackend) -> Mutant {
+        Mutant {
+            inner,
+            bug: self.bug,
+            attempts: self.attempts.clone(),
+            shared: self.shared.clone(),
+            answer_delay: Arc::default(),
+        }
+    }
+}
+
+/// Clients of one mutant server.
+pub struct MutantFactory {
+    parts: Parts,
+    name: String,
+    gaps: Vec<Gap>,
+}
+
+impl MutantFactory {
+    /// A fresh server with `bug` planted in every client.
+    pub fn planted(bug: Bug) -> Arc<dyn BackendFactory> {
+        Arc::new(Self::new(bug))
+    }
+
+    /// The same, as the concrete factory.
+    pub fn new(bug: Bug) -> MutantFactory {
+        let shared = Arc::<Shared>::default();
+        let memory = MemoryFactory::new().with_candidate(env!("CARGO_BIN_EXE_tenure-candidate"));
+        let memory = match bug {
+            Bug::LeasesLostOnFailover => memory.on_recovery(MemoryBackend::wipe_all),
+            Bug::TokensResetOnRestart => {
+                let shared = shared.clone();
+                memory.on_recovery(move |server| {
+                    shared
+                        .wiped_at
+                        .store(server.stats().grants, Ordering::SeqCst);
+                    server.wipe_all();
+                })
+            }
+            _ => memory,
+        };
+        MutantFactory {
+            parts: Parts {
+                memory,
+                bug,
+                attempts: Arc::default(),
+                shared,
+            },
+            name: format!("mutant-{bug:?}"),
+            gaps: Vec::new(),
+        }
+    }
+
+    /// The same factory documenting `gaps`.
+    pub fn with_gaps(mut self, gaps: Vec<Gap>) -> Self {
+        self.gaps = gaps;
+        self
+    }
+
+    fn server(&self) -> &MemoryBackend {
+        self.parts.memory.server()
+    }
+}
+
+/// The candidacy a [`Bug::WritesOnConnect`] client registers with.
+fn registration() -> Candidacy {
+    Candidacy::new(
+        ElectionKey::new("mutant.registrations").expect("a valid key"),
+        CandidateId::new("connect").expect("a valid identity"),
+        Duration::from_secs(1),
+    )
+    .expect("a valid candidacy")
+}
+
+#[async_trait]
+impl BackendFactory for MutantFactory {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.parts.mutant(self.server().clone()).capabilities()
+    }
+    async fn client(&self) -> Result<Client> {
+        let inner = self.parts.memory.memory_client();
+        if self.parts.bug == Bug::WritesOnConnect {
+            if let Acquisition::Granted(lease) =
+                inner.acquire(&registration(), AcquireMode::Once).await?
+            {
+                inner.release(&lease).await?;
+            }
+        }
+        let mutant = self.parts.mutant(inner.clone());
+        let memory = memory_link(&inner);
+        let link: Arc<dyn Link> = match self.parts.bug {
+            Bug::GrantLostInFlight => Arc::new(MutantLink {
+                memory,
+                answer_delay: mutant.answer_delay.clone(),
+            }),
+            _ => memory,
+        };
+        Ok(Client {
+            backend: Arc::new(mutant),
+            link: Some(link),
+        })
+    }
+    fn timing(&self) -> Timing {
+        self.parts.memory.timing()
+    }
+    async fn server_writes(&self) -> Option<Result<u64>> {
+        Some(Ok(match self.parts.bug {
+            Bug::WaitByPolling => self.parts.attempts.load(Ordering::Relaxed),
+            _ => self.server().stats().writes(),
+        }))
+    }
+    async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
+        match self.parts.bug {
+            Bug::WaitByPolling => None,
+            Bug::PollsEvery150ms => {
+                let polling = self.parts.shared.polling.lock().unwrap();
+                Some(Ok(polling.get(key.as_str()).copied().unwrap_or_default()))
+            }
+            _ => Some(Ok(self.server().queue_len(key))),
+        }
+    }
+    async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
+        Some(Ok(self.server().knows(key)))
+    }
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        self.server().wipe(key);
+        self.parts
+            .shared
+            .wiped_at
+            .store(self.server().stats().grants, Ordering::SeqCst);
+        Some(Ok(()))
+    }
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(&self.parts.memory)
+    }
+    fn candidate(&self) -> Option<CandidateCommand> {
+        let parts = self.parts.clone();
+        self.parts
+            .memory
+            .candidate_serving(move || Arc::new(parts.mutant(parts.memory.memory_client())))
+    }
+    fn gaps(&self) -> Vec<Gap> {
+        self.gaps.clone()
+    }
+}
