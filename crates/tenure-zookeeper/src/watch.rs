@@ -14,17 +14,32 @@ use crate::Settings;
 
 /// The leader now, and a watch that fires on the next change of the
 /// election's children (or of its existence, while it has none).
+///
+/// A watch's first look goes behind a `sync` (pipelined, one round trip):
+/// our server may be a follower that has not yet applied a grant another
+/// client saw answered, and a watch must start with the state as of its
+/// call. Later looks follow a watch event from our own server, which has
+/// applied at least the change it announced.
 async fn current(
     client: &Client,
     election: &str,
     settings: &Settings,
+    first: bool,
 ) -> Result<(LeaderEvent, OneshotWatcher)> {
     loop {
-        let listed = bounded(
-            "list and watch children",
-            settings.request_timeout,
-            client.list_and_watch_children(election),
-        )
+        let listed = bounded("list and watch children", settings.request_timeout, async {
+            if !first {
+                return client.list_and_watch_children(election).await;
+            }
+            // Sent here, in this order: the list follows the sync.
+            let sync = client.sync(election);
+            let list = client.list_and_watch_children(election);
+            match futures::join!(sync, list) {
+                // A missing election node is the list's answer to give.
+                (Ok(()) | Err(ZkError::NoNode), listed) => listed,
+                (Err(e), _) => Err(e),
+            }
+        })
         .await?;
         match listed {
             Ok((children, watcher)) => {
@@ -83,7 +98,8 @@ impl Watcher {
             // A client only for this look: a watch waiting for its next
             // change holds none, so it never keeps a closed session open.
             let client = self.session.client()?;
-            let (event, watcher) = current(&client, &self.election, &self.settings).await?;
+            let first = self.last.is_none();
+            let (event, watcher) = current(&client, &self.election, &self.settings, first).await?;
             self.pending = Some(watcher);
             if self.last.as_ref() != Some(&event) {
                 return Ok(event);

@@ -172,6 +172,54 @@ async fn a_follower_cut_off_right_after_a_renewal_never_lets_two_lead() {
     cluster.heal(follower).await.unwrap();
 }
 
+/// A watch begins with the state as of its call, even on a follower that has
+/// not applied the latest grant. A follower cut off from its leader answers
+/// reads from what it has for up to syncLimit ticks (2 s here) before it
+/// notices; a watch started there without a `sync` first began `Vacant`
+/// while another candidate held the key (seen on the suite's 3-node
+/// `watch_starts_with_current_state` and reproduced here). With the `sync`,
+/// the first look waits for the leader: it fails (retryably) or reports the
+/// holder, and is never `Vacant` while the key is held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_through_a_cut_off_follower_never_begins_vacant_while_the_key_is_held() {
+    let ttl = Duration::from_secs(4);
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
+        .await
+        .expect("ZooKeeper ensemble");
+    let leader = cluster
+        .await_leader(Duration::from_secs(30), |_| true)
+        .await
+        .unwrap();
+    let follower = (leader + 1) % 3;
+    let options = common::options().with_session_timeout(ttl);
+    let at = |i: usize| cluster.nodes()[i].endpoint();
+    let watcher = ZooKeeperBackend::connect(&at(follower), options.clone())
+        .await
+        .unwrap();
+    let b = ZooKeeperBackend::connect(&at(leader), options)
+        .await
+        .unwrap();
+    let key = ElectionKey::new("stale-look").unwrap();
+    let candidacy = Candidacy::new(key.clone(), CandidateId::new("b").unwrap(), ttl).unwrap();
+    cluster.partition(follower).await.unwrap();
+    let lease = match b.acquire(&candidacy, AcquireMode::Once).await.unwrap() {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(h) => panic!("held by {h:?}"),
+    };
+    let first = tokio::time::timeout(ttl, async {
+        let mut events = watcher.watch(&key).await?;
+        events.next().await.expect("a watch's first event")
+    })
+    .await;
+    cluster.heal(follower).await.unwrap();
+    if let Ok(Ok(LeaderEvent::Vacant)) = first {
+        panic!(
+            "the watch began Vacant while b held the key (token {:?}): a stale look",
+            lease.token()
+        );
+    }
+}
+
 /// CURATOR-696: a node left by an earlier session must never make a
 /// candidate leader; after an expiry the candidate re-enters with a new node.
 #[tokio::test(flavor = "multi_thread")]
