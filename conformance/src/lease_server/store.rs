@@ -1,8 +1,10 @@
 //! Leases in etcd, as kube-apiserver's storage keeps objects: one key per
 //! object, JSON value, resourceVersion = the key's mod revision.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use serde_json::Value;
@@ -29,6 +31,7 @@ impl From<etcd_client::Error> for WriteError {
 pub(crate) struct Store {
     client: Client,
     writes: Arc<AtomicU64>,
+    served: Arc<AtomicU64>,
 }
 
 /// The etcd key of a Lease.
@@ -61,9 +64,50 @@ fn encode(object: &Value) -> Vec<u8> {
     serde_json::to_vec(&object).expect("JSON")
 }
 
+/// Whether etcd-client failed `e` before sending anything: no connection to
+/// the endpoint it picked could be made. Its balanced channel hands a failed
+/// reconnect back to the next call routed there once (a node that was down
+/// and serves again, while the others served all along); kube-apiserver's
+/// etcd client (grpc-go) sends only on connections that are up, so its
+/// callers never see that while a quorum serves. Nothing was sent, so a
+/// write may be tried again too.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("connect error"))
+}
+
+/// Runs `request` again while it fails [without being sent](never_sent),
+/// a few times (the channel then picks a connection that is up).
+pub(crate) async fn sent<T, F, Fut>(mut request: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    const TRIES: u32 = 5;
+    let mut tried = 1;
+    loop {
+        match request().await {
+            Err(e) if never_sent(&e) && tried < TRIES => {
+                tracing::debug!(error = %e, "lease server: etcd request not sent; trying again");
+                tokio::time::sleep(Duration::from_millis(10 * u64::from(tried))).await;
+                tried += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Store {
-    pub(crate) fn new(client: Client, writes: Arc<AtomicU64>) -> Store {
-        Store { client, writes }
+    pub(crate) fn new(client: Client, writes: Arc<AtomicU64>, served: Arc<AtomicU64>) -> Store {
+        Store {
+            client,
+            writes,
+            served,
+        }
+    }
+
+    /// Counts one HTTP request answered or one watch event sent.
+    pub(crate) fn count_served(&self) {
+        self.served.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn client(&self) -> &Client {
@@ -75,7 +119,11 @@ impl Store {
         ns: &str,
         name: &str,
     ) -> Result<Option<Value>, etcd_client::Error> {
-        let answer = self.client.kv_client().get(key(ns, name), None).await?;
+        let answer = sent(|| {
+            let mut kv = self.client.kv_client();
+            async move { kv.get(key(ns, name), None).await }
+        })
+        .await?;
         Ok(answer.kvs().first().map(decode_kv))
     }
 
@@ -85,16 +133,19 @@ impl Store {
         ns: &str,
         name: Option<&str>,
     ) -> Result<(Vec<Value>, i64), etcd_client::Error> {
-        let answer = match name {
-            Some(name) => self.client.kv_client().get(key(ns, name), None).await?,
-            None => {
-                let options = GetOptions::new().with_prefix();
-                self.client
-                    .kv_client()
-                    .get(prefix(ns), Some(options))
-                    .await?
+        let answer = sent(|| {
+            let mut kv = self.client.kv_client();
+            async move {
+                match name {
+                    Some(name) => kv.get(key(ns, name), None).await,
+                    None => {
+                        let options = GetOptions::new().with_prefix();
+                        kv.get(prefix(ns), Some(options)).await
+                    }
+                }
             }
-        };
+        })
+        .await?;
         let revision = answer.header().map_or(0, |h| h.revision());
         Ok((answer.kvs().iter().map(decode_kv).collect(), revision))
     }
@@ -110,7 +161,11 @@ impl Store {
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), encode(object), None)]);
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let answer = self.client.kv_client().txn(txn).await?;
+        let answer = sent(|| {
+            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await?;
         if !answer.succeeded() {
             return Err(WriteError::AlreadyExists);
         }
@@ -135,7 +190,11 @@ impl Store {
             .and_then([TxnOp::put(key.as_str(), encode(object), None)])
             .or_else([TxnOp::get(key.as_str(), None)]);
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let answer = self.client.kv_client().txn(txn).await?;
+        let answer = sent(|| {
+            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await?;
         if !answer.succeeded() {
             let exists = answer.op_responses().iter().any(|op| match op {
                 TxnOpResponse::Get(get) => !get.kvs().is_empty(),
@@ -153,13 +212,13 @@ impl Store {
 
     /// Deletes a Lease and returns it as it was.
     pub(crate) async fn delete(&self, ns: &str, name: &str) -> Result<Value, WriteError> {
-        let options = etcd_client::DeleteOptions::new().with_prev_key();
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let answer = self
-            .client
-            .kv_client()
-            .delete(key(ns, name), Some(options))
-            .await?;
+        let answer = sent(|| {
+            let mut kv = self.client.kv_client();
+            let options = etcd_client::DeleteOptions::new().with_prev_key();
+            async move { kv.delete(key(ns, name), Some(options)).await }
+        })
+        .await?;
         match answer.prev_kvs().first() {
             Some(kv) => Ok(decode_kv(kv)),
             None => Err(WriteError::NotFound),

@@ -61,12 +61,13 @@ pub(crate) async fn watch(
             if with_prefix {
                 options = options.with_prefix();
             }
-            if let Err(e) = store
-                .client()
-                .kv_client()
-                .get(watch_key.as_str(), Some(options))
-                .await
-            {
+            let got = super::store::sent(|| {
+                let (mut kv, options) = (store.client().kv_client(), options.clone());
+                let key = watch_key.clone();
+                async move { kv.get(key, Some(options)).await }
+            })
+            .await;
+            if let Err(e) = got {
                 if is_compacted(&e) {
                     return status::gone(format!("too old resource version: {rv}"));
                 }
@@ -90,16 +91,18 @@ pub(crate) async fn watch(
     if with_prefix {
         options = options.with_prefix();
     }
-    let (mut watcher, mut stream) = match store
-        .client()
-        .watch_client()
-        .watch(watch_key.as_str(), Some(options))
-        .await
-    {
+    let watching = super::store::sent(|| {
+        let (mut client, options) = (store.client().watch_client(), options.clone());
+        let key = watch_key.clone();
+        async move { client.watch(key, Some(options)).await }
+    })
+    .await;
+    let (mut watcher, mut stream) = match watching {
         Ok(stream) => stream.split(),
         Err(e) => return status::internal(format!("etcd: {e}")),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let events = store.clone();
     tokio::spawn(async move {
         for line in initial {
             if tx.send(line).await.is_err() {
@@ -159,6 +162,7 @@ pub(crate) async fn watch(
                 if tx.send(text).await.is_err() {
                     return;
                 }
+                events.count_served();
             }
         }
     });
