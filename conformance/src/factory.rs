@@ -135,6 +135,15 @@ pub trait ServerFaults: Send + Sync + 'static {
     async fn leader(&self) -> Result<Option<usize>> {
         Err(unsupported("naming the servers' leader"))
     }
+    /// Returns once the deployment is whole and steady: every node serves
+    /// and, where the servers elect a leader, the same one has led for a
+    /// while. The suite calls it after every case that may fault the
+    /// servers, so that the next case does not run into the end of a
+    /// re-election the fault set off (an etcd leader elected after a pause
+    /// extends every lease). The default returns at once.
+    async fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 fn unsupported(operation: &'static str) -> Error {
@@ -192,6 +201,16 @@ pub trait BackendFactory: Send + Sync + 'static {
     /// The server's own write counter (etcd metrics, ZooKeeper `mntr`, Redis
     /// `INFO commandstats`, ...), for the herd figure.
     async fn server_writes(&self) -> Option<Result<u64>> {
+        None
+    }
+
+    /// Every request and notification the servers served to clients, of
+    /// any kind (reads, writes, watches opened, watch events and grants
+    /// pushed to waiting candidates), heartbeats excluded (lease keep-alives,
+    /// session pings: a holder renews whether or not anyone waits), from
+    /// the servers' own counters where they have them; for the herd figure.
+    /// Clients the factory keeps for looking at the servers need not count.
+    async fn server_requests(&self) -> Option<Result<u64>> {
         None
     }
 
@@ -263,6 +282,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     async fn server_writes(&self) -> Option<Result<u64>> {
         (**self).server_writes().await
+    }
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        (**self).server_requests().await
     }
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         (**self).waiting(key).await

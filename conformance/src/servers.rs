@@ -1,6 +1,7 @@
 //! [`ClusterServers`]: the suite's [`ServerFaults`] over a harness [`Cluster`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::{Error, Result};
@@ -14,6 +15,11 @@ use crate::harness::{Cluster, HarnessError, Topology};
 pub struct ClusterServers {
     cluster: Arc<Cluster>,
 }
+
+/// How long the servers' leader must stay the same for
+/// [`ServerFaults::settle`]: two of the harness etcd's election timeouts
+/// (500 ms), and several of ZooKeeper's ticks (200 ms).
+const SETTLED_FOR: Duration = Duration::from_secs(1);
 
 impl ClusterServers {
     /// Faults `cluster`'s nodes.
@@ -75,6 +81,13 @@ impl ServerFaults for ClusterServers {
 
     async fn restart_all(&self) -> Result<()> {
         self.cluster.restart_all().await.map_err(harness_error)
+    }
+
+    async fn settle(&self) -> Result<()> {
+        self.cluster
+            .settle(SETTLED_FOR)
+            .await
+            .map_err(harness_error)
     }
 
     async fn leader(&self) -> Result<Option<usize>> {

@@ -296,6 +296,49 @@ impl Cluster {
         .await
     }
 
+    /// Waits until every node that is neither killed nor paused serves
+    /// and, where the servers elect a leader, the same node has led for
+    /// `steady` on end (so a re-election a fault set off is over).
+    pub async fn settle(&self, steady: Duration) -> Result<()> {
+        // The leader seen last, and since when it has been seen on end.
+        let since = std::sync::Mutex::new(None::<(Option<usize>, tokio::time::Instant)>);
+        wait_for(
+            format!("{:?} (run {}) to settle", self.topology, self.run),
+            CLUSTER_READY_TIMEOUT,
+            || async {
+                let serving = join_all(
+                    self.reachable()
+                        .into_iter()
+                        .map(|n| self.kind.serving_owned(n.endpoint())),
+                )
+                .await;
+                let leader = if !serving.iter().all(|s| *s) {
+                    None
+                } else if self.kind.has_leader() {
+                    self.leader_index().await.ok().flatten().map(Some)
+                } else {
+                    Some(None)
+                };
+                let now = tokio::time::Instant::now();
+                let mut since = since.lock().unwrap_or_else(|e| e.into_inner());
+                match (leader, *since) {
+                    (None, _) => {
+                        *since = None;
+                        None
+                    }
+                    (Some(leader), Some((led, from))) if led == leader => {
+                        (now - from >= steady).then_some(())
+                    }
+                    (Some(leader), _) => {
+                        *since = Some((leader, now));
+                        steady.is_zero().then_some(())
+                    }
+                }
+            },
+        )
+        .await
+    }
+
     /// The topology it runs.
     pub fn topology(&self) -> Topology {
         self.topology

@@ -103,6 +103,12 @@ where
         Quiet::Backend => quiesce(vec![factory.clone()]).await,
         Quiet::Shared => {}
     }
+    debug_assert_eq!(
+        meta.quiet == Quiet::Machine,
+        super::TIMED_ALONE.contains(&meta.name),
+        "{}: TIMED_ALONE lists exactly the Quiet::Machine cases",
+        meta.name
+    );
     let started = std::time::Instant::now();
     let backend = factory.name().to_owned();
     let server = factory.server_version().await;
@@ -113,6 +119,17 @@ where
             let _ = finish_safety(&cx);
             Err(e)
         }
+    };
+    // A case that may have faulted the servers leaves them whole and steady
+    // for the next (it still holds the backend's lock).
+    let ended = match (meta.quiet, cx.factory().servers()) {
+        (Quiet::Backend | Quiet::Machine, Some(servers)) => match servers.settle().await {
+            Ok(()) => ended,
+            Err(e) => ended.and(Err(Failure::Fail(format!(
+                "the servers did not settle after the case: {e}"
+            )))),
+        },
+        _ => ended,
     };
     let log = std::mem::take(&mut *cx.log());
     let broken = log.violations.iter().find(|v| v.promised);
