@@ -153,26 +153,32 @@ pub fn run_targets(targets: Vec<Target>) -> ExitCode {
     );
     let targets: Vec<Arc<Target>> = targets.into_iter().map(Arc::new).collect();
     let mut trials = Vec::new();
-    for target in &targets {
-        for case in target.cases() {
-            let name = target.trial_name(case.name);
-            if let Some(why) = &target.unavailable {
-                let why = why.clone();
-                trials.push(Trial::ignorable_test(name, move || {
-                    Ok(Completion::ignored_with(why))
-                }));
-                continue;
-            }
-            let (target, runtime) = (target.clone(), runtime.clone());
+    // The timing cases that want the machine to themselves come last: by
+    // then other test binaries run side by side (scripts/test's lanes) are
+    // likely done, and waiting for them holds up no other case.
+    let mut order: Vec<(&Arc<Target>, &'static Case)> = targets
+        .iter()
+        .flat_map(|t| t.cases().map(move |c| (t, c)))
+        .collect();
+    order.sort_by_key(|(_, case)| case.timed_alone);
+    for (target, case) in order {
+        let name = target.trial_name(case.name);
+        if let Some(why) = &target.unavailable {
+            let why = why.clone();
             trials.push(Trial::ignorable_test(name, move || {
-                runtime.block_on(async {
-                    let factory = target.factory().await.map_err(Failed::from)?;
-                    let report = (case.run)(factory).await;
-                    crate::suite::record(&report).await;
-                    target.conclude(&report)
-                })
+                Ok(Completion::ignored_with(why))
             }));
+            continue;
         }
+        let (target, runtime) = (target.clone(), runtime.clone());
+        trials.push(Trial::ignorable_test(name, move || {
+            runtime.block_on(async {
+                let factory = target.factory().await.map_err(Failed::from)?;
+                let report = (case.run)(factory).await;
+                crate::suite::record(&report).await;
+                target.conclude(&report)
+            })
+        }));
     }
     let conclusion = libtest_mimic::run(&args, trials);
     // The deployments go now (their containers are removed on drop), in

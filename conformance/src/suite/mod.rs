@@ -84,6 +84,10 @@ pub struct Case {
     /// It checks `tenure-core` alone (the Elector's and the types' own input
     /// checks), whatever the backend: worth running on one backend only.
     pub core_only: bool,
+    /// It times latencies with nothing else running on the machine
+    /// ([`Quiet::Machine`](runner::Quiet)): a target runs these after all
+    /// its other cases.
+    pub timed_alone: bool,
 }
 
 /// The cases that check `tenure-core` alone.
@@ -94,10 +98,13 @@ pub const CORE_ONLY: &[&str] = &[
     "elector_rejects_renew_interval_not_below_ttl",
 ];
 
-const fn core_only(name: &str) -> bool {
+/// The cases that run with the machine to themselves ([`Quiet::Machine`](runner::Quiet)).
+pub const TIMED_ALONE: &[&str] = &["handover_p50_over_repeated_resignations"];
+
+const fn listed(list: &[&str], name: &str) -> bool {
     let mut i = 0;
-    while i < CORE_ONLY.len() {
-        if const_eq(CORE_ONLY[i], name) {
+    while i < list.len() {
+        if const_eq(list[i], name) {
             return true;
         }
         i += 1;
@@ -129,7 +136,7 @@ impl std::fmt::Debug for Case {
 macro_rules! case_table {
     (() [ $($case:ident),* $(,)? ]) => {
         /// Every case, in report order.
-        pub static CASES: &[Case] = &[ $( Case { name: stringify!($case), run: |f| Box::pin($case(f)), core_only: core_only(stringify!($case)) } ),* ];
+        pub static CASES: &[Case] = &[ $( Case { name: stringify!($case), run: |f| Box::pin($case(f)), core_only: listed(CORE_ONLY, stringify!($case)), timed_alone: listed(TIMED_ALONE, stringify!($case)) } ),* ];
         /// Every case's name, in report order.
         pub static CASE_NAMES: &[&str] = &[ $( stringify!($case) ),* ];
     };
