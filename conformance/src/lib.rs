@@ -18,6 +18,7 @@ pub mod process;
 pub mod report;
 pub mod servers;
 pub mod suite;
+pub mod taps;
 pub mod trials;
 
 /// Re-exported for implementing [`BackendFactory`] and [`Link`].

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tenure_core::{Error, Result};
 
 use crate::factory::{Link, LinkFault};
-use crate::proxy::{FaultProxy, Mode};
+use crate::proxy::{FaultProxy, Mode, Tap};
 
 /// The link of one client: one [`FaultProxy`] in front of each server
 /// endpoint the client uses, all switched together, so a client of a
@@ -28,9 +28,17 @@ impl ProxyLink {
     /// One proxy in front of each of `upstreams`: the link, and the
     /// addresses to connect to instead, in the same order.
     pub async fn start_all(upstreams: &[SocketAddr]) -> Result<(Arc<ProxyLink>, Vec<SocketAddr>)> {
+        Self::start_all_tapped(upstreams, None).await
+    }
+
+    /// [`start_all`](Self::start_all), with `tap` seeing what every proxy forwards.
+    pub async fn start_all_tapped(
+        upstreams: &[SocketAddr],
+        tap: Option<Arc<dyn Tap>>,
+    ) -> Result<(Arc<ProxyLink>, Vec<SocketAddr>)> {
         let mut proxies = Vec::with_capacity(upstreams.len());
         for upstream in upstreams {
-            let proxy = FaultProxy::start(*upstream)
+            let proxy = FaultProxy::start_tapped(*upstream, tap.clone())
                 .await
                 .map_err(|e| Error::Unavailable {
                     backend: "fault proxy",

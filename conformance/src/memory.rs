@@ -208,6 +208,10 @@ impl BackendFactory for MemoryFactory {
         Some(Ok(self.server.stats().writes()))
     }
 
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        Some(Ok(self.server.stats().served()))
+    }
+
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         Some(Ok(self.server.queue_len(key)))
     }

@@ -23,7 +23,9 @@
 //!
 //! The proxy notes when it last forwarded bytes towards the upstream
 //! ([`FaultProxy::last_request_at`]), an upper bound for the send time of
-//! every request a client made before.
+//! every request a client made before. A [`Tap`] given at the start
+//! ([`FaultProxy::start_tapped`]) sees every byte forwarded, each way, per
+//! connection (to count a protocol's messages).
 //!
 //! Dropping the proxy stops listening and closes every connection.
 
@@ -55,6 +57,18 @@ pub enum Mode {
     Reset,
 }
 
+/// Sees what a proxy forwards, each way, connection by connection.
+pub trait Tap: Send + Sync + 'static {
+    /// For a new connection (once connected upstream): an observer of the
+    /// bytes forwarded to the upstream (requests), and one of the bytes
+    /// forwarded to the client (answers), each called in order with every
+    /// chunk once it was written.
+    fn connection(&self) -> (Observer, Observer);
+}
+
+/// Sees the bytes of one direction of one connection, chunk by chunk.
+pub type Observer = Box<dyn FnMut(&[u8]) + Send>;
+
 /// A fault-injecting TCP proxy in front of one upstream address.
 #[derive(Debug)]
 pub struct FaultProxy {
@@ -69,6 +83,14 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Listens on `127.0.0.1:0` and forwards to `upstream`, in [`Mode::Pass`].
     pub async fn start(upstream: SocketAddr) -> std::io::Result<FaultProxy> {
+        Self::start_tapped(upstream, None).await
+    }
+
+    /// [`start`](Self::start), with `tap` seeing what every connection forwards.
+    pub async fn start_tapped(
+        upstream: SocketAddr,
+        tap: Option<Arc<dyn Tap>>,
+    ) -> std::io::Result<FaultProxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
@@ -80,6 +102,7 @@ impl FaultProxy {
             mode_rx,
             open.clone(),
             forwarded.clone(),
+            tap,
         ));
         Ok(FaultProxy {
             addr,
@@ -137,13 +160,14 @@ async fn accept_loop(
     mode: watch::Receiver<Mode>,
     open: Arc<AtomicUsize>,
     forwarded: Forwarded,
+    tap: Option<Arc<dyn Tap>>,
 ) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
-                    connections.spawn(serve(client, upstream, mode.clone(), open.clone(), forwarded.clone()));
+                    connections.spawn(serve(client, upstream, mode.clone(), open.clone(), forwarded.clone(), tap.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors or the like: back off briefly.
@@ -196,6 +220,7 @@ async fn serve(
     mut mode: watch::Receiver<Mode>,
     open: Arc<AtomicUsize>,
     forwarded: Forwarded,
+    tap: Option<Arc<dyn Tap>>,
 ) {
     let _open = OpenGuard::new(open);
     // Connect upstream only once something may flow.
@@ -220,6 +245,13 @@ async fn serve(
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
+    let (requests_seen, answers_seen) = match tap {
+        Some(tap) => {
+            let (requests, answers) = tap.connection();
+            (Some(requests), Some(answers))
+        }
+        None => (None, None),
+    };
     let clean = {
         let (client_read, client_write) = client.split();
         let (server_read, server_write) = server.split();
@@ -230,14 +262,16 @@ async fn serve(
                     server_write,
                     mode.clone(),
                     Direction::Requests,
-                    Some(forwarded)
+                    Some(forwarded),
+                    requests_seen,
                 ),
                 pipe(
                     server_read,
                     client_write,
                     mode.clone(),
                     Direction::Answers,
-                    None
+                    None,
+                    answers_seen,
                 ),
             )
             .is_ok()
@@ -312,6 +346,7 @@ async fn pipe(
     mut mode: watch::Receiver<Mode>,
     direction: Direction,
     forwarded: Option<Forwarded>,
+    mut seen: Option<Observer>,
 ) -> std::io::Result<()> {
     let (chunks, mut pending) = mpsc::channel::<(Instant, Vec<u8>)>(8);
     let read = async move {
@@ -334,6 +369,9 @@ async fn pipe(
             to.write_all(&chunk).await?;
             if let Some(forwarded) = &forwarded {
                 *forwarded.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+            if let Some(seen) = &mut seen {
+                seen(&chunk);
             }
         }
         Ok::<(), std::io::Error>(())

@@ -102,6 +102,17 @@ impl BackendFactory for EtcdFactory {
         )
     }
 
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        // Every node's gRPC counters: each counts what its own clients sent.
+        Some(
+            self.cluster
+                .stats_total()
+                .await
+                .map(|s| s.etcd_requests())
+                .map_err(harness),
+        )
+    }
+
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         // Every candidate key but the leader's.
         Some(self.count_keys(key).await.map(|n| n.saturating_sub(1)))

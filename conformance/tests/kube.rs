@@ -218,6 +218,13 @@ impl BackendFactory for KubeFactory {
         }
     }
 
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        match &self.deployment {
+            Deployment::TestServer { server, .. } => Some(Ok(server.served())),
+            Deployment::Real { .. } => None,
+        }
+    }
+
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
         Some(
             self.inspector

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_conformance::harness::{wait_for, Cluster, Topology};
+use tenure_conformance::taps::ZooKeeperMessages;
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
     ServerFaults, Target,
@@ -46,6 +47,8 @@ struct ZooKeeperFactory {
     /// Sessions `quiesce` closed: their closes are transactions too.
     sessions_closed: AtomicU64,
     backends: std::sync::Mutex<Vec<Arc<ZooKeeperBackend>>>,
+    /// What every client's proxies carried: requests and watch events.
+    messages: ZooKeeperMessages,
     /// The servers' version, read once at start.
     version: Option<String>,
 }
@@ -83,6 +86,7 @@ impl ZooKeeperFactory {
             sessions_opened: AtomicU64::new(0),
             sessions_closed: AtomicU64::new(0),
             backends: Default::default(),
+            messages: ZooKeeperMessages::new(),
             version,
         })
     }
@@ -150,7 +154,8 @@ impl BackendFactory for ZooKeeperFactory {
 
     async fn client(&self) -> Result<Client> {
         let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
-        let (link, addrs) = ProxyLink::start_all(&nodes).await?;
+        let tap = Arc::new(self.messages.clone());
+        let (link, addrs) = ProxyLink::start_all_tapped(&nodes, Some(tap)).await?;
         let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         let backend = ZooKeeperBackend::connect(&endpoints.join(","), options()).await?;
         self.sessions_opened.fetch_add(1, Ordering::SeqCst);
@@ -214,6 +219,12 @@ impl BackendFactory for ZooKeeperFactory {
                     + self.sessions_closed.load(Ordering::SeqCst),
             )
         }))
+    }
+
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        // Counted at the clients' proxies (the inspector's requests are
+        // not): mntr's packet counts include every session's pings.
+        Some(Ok(self.messages.served()))
     }
 
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {

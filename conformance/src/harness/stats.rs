@@ -34,6 +34,28 @@ impl ServerStats {
         ServerStats { counters }
     }
 
+    /// etcd: the gRPC messages clients sent (every unary request, every
+    /// message on a stream: a watch created or cancelled, ...), plus the
+    /// watch events and answers the servers sent on watch streams; lease
+    /// keep-alives (heartbeats) and the maintenance service (status probes)
+    /// left out. Sum it over the cluster ([`Cluster::stats_total`](super::Cluster::stats_total)):
+    /// each node counts the requests its own clients sent.
+    pub fn etcd_requests(&self) -> u64 {
+        self.counters
+            .iter()
+            .filter(|(series, _)| {
+                let received = series.starts_with("grpc_server_msg_received_total{");
+                let sent_on_watch = series.starts_with("grpc_server_msg_sent_total{")
+                    && series.contains("grpc_method=\"Watch\"");
+                (received
+                    && !series.contains("grpc_method=\"LeaseKeepAlive\"")
+                    && !series.contains("grpc_service=\"etcdserverpb.Maintenance\""))
+                    || sent_on_watch
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Adds `other`'s counters into these (for totals over a cluster).
     pub fn add(&mut self, other: &ServerStats) {
         for (k, v) in &other.counters {
@@ -132,6 +154,21 @@ mod tests {
             .counters
             .contains_key("etcd_disk_backend_commit_duration_seconds_sum"));
         assert!(!s.counters.contains_key("go_goroutines"));
+    }
+
+    #[test]
+    fn etcd_requests_count_client_messages_and_watch_events_but_not_keep_alives() {
+        let text = "grpc_server_msg_received_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 4\n\
+                    grpc_server_msg_received_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 2\n\
+                    grpc_server_msg_received_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"bidi_stream\"} 50\n\
+                    grpc_server_msg_received_total{grpc_method=\"Status\",grpc_service=\"etcdserverpb.Maintenance\",grpc_type=\"unary\"} 9\n\
+                    grpc_server_msg_sent_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 3\n\
+                    grpc_server_msg_sent_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 4\n\
+                    grpc_server_msg_sent_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"bidi_stream\"} 50\n";
+        assert_eq!(
+            ServerStats::from_prometheus(text).etcd_requests(),
+            4 + 2 + 3
+        );
     }
 
     #[test]

@@ -27,7 +27,18 @@ pub(crate) fn router(store: Store) -> Router {
             &format!("{BASE}/{{name}}"),
             get(read).put(update).delete(remove),
         )
+        .layer(axum::middleware::from_fn_with_state(store.clone(), count))
         .with_state(store)
+}
+
+/// Counts every request, whatever its route or answer.
+async fn count(
+    State(store): State<Store>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    store.count_served();
+    next.run(request).await
 }
 
 type Params = Query<HashMap<String, String>>;

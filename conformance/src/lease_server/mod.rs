@@ -54,6 +54,7 @@ pub struct LeaseServer {
     endpoints: Vec<String>,
     addr: SocketAddr,
     writes: Arc<AtomicU64>,
+    served: Arc<AtomicU64>,
     running: Mutex<Option<Running>>,
 }
 
@@ -71,16 +72,19 @@ impl LeaseServer {
     pub async fn start<S: AsRef<str>>(endpoints: &[S]) -> Result<LeaseServer, HarnessError> {
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
         let writes = Arc::new(AtomicU64::new(0));
+        let served = Arc::new(AtomicU64::new(0));
         let (running, addr) = run(
             endpoints.clone(),
             "127.0.0.1:0".parse().unwrap(),
             writes.clone(),
+            served.clone(),
         )
         .await?;
         Ok(LeaseServer {
             endpoints,
             addr,
             writes,
+            served,
             running: Mutex::new(Some(running)),
         })
     }
@@ -101,6 +105,13 @@ impl LeaseServer {
         self.writes.load(Ordering::Relaxed)
     }
 
+    /// HTTP requests this instance answered (reads, writes, lists, watches
+    /// opened), plus the watch events it sent (bookmarks, which a watch gets
+    /// whether or not anything changed, left out).
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+
     /// Kills the server: every connection and watch drops at once.
     pub fn kill(&self) {
         drop(self.running.lock().unwrap().take());
@@ -109,7 +120,13 @@ impl LeaseServer {
     /// Starts a killed server again on the same port.
     pub async fn restart(&self) -> Result<(), HarnessError> {
         self.kill();
-        let (running, _) = run(self.endpoints.clone(), self.addr, self.writes.clone()).await?;
+        let (running, _) = run(
+            self.endpoints.clone(),
+            self.addr,
+            self.writes.clone(),
+            self.served.clone(),
+        )
+        .await?;
         *self.running.lock().unwrap() = Some(running);
         Ok(())
     }
@@ -135,6 +152,7 @@ async fn run(
     endpoints: Vec<String>,
     addr: SocketAddr,
     writes: Arc<AtomicU64>,
+    served: Arc<AtomicU64>,
 ) -> Result<(Running, SocketAddr), HarnessError> {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
@@ -162,7 +180,7 @@ async fn run(
                     }
                 };
                 let _ = ready_tx.send(Ok(listener.local_addr()));
-                let store = store::Store::new(client, writes);
+                let store = store::Store::new(client, writes, served);
                 let app = api::router(store);
                 tokio::select! {
                     _ = axum::serve(listener, app) => {}

@@ -87,6 +87,10 @@ pub struct Figures {
     pub stale_writes_accepted: Option<u64>,
     /// Server writes per leadership change.
     pub writes_per_change: Option<f64>,
+    /// Server requests and notifications of any kind per leadership change
+    /// (heartbeats excluded; see `BackendFactory::server_requests`).
+    #[serde(default)]
+    pub requests_per_change: Option<f64>,
 }
 
 /// The result of one case on one backend.

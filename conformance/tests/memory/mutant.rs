@@ -86,6 +86,9 @@ pub enum Bug {
     /// The token counter lives in memory alone: a restart of the servers
     /// starts it again, and loses every lease.
     TokensResetOnRestart,
+    /// A waiting candidate also watches the key, so every change is told to
+    /// every waiter (writes stay O(1); notifications grow with the line).
+    WaitersToldEveryChange,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -366,6 +369,17 @@ impl LeaseBackend for Mutant {
                 }
             },
             (Bug::PollsEvery150ms, AcquireMode::Wait) => self.poll(&on_server).await?,
+            (Bug::WaitersToldEveryChange, AcquireMode::Wait) => {
+                let mut events = self.inner.watch(on_server.key()).await?;
+                let told = async {
+                    while events.next().await.is_some() {}
+                    std::future::pending::<()>().await
+                };
+                tokio::select! {
+                    granted = self.inner.acquire(&on_server, AcquireMode::Wait) => granted?,
+                    () = told => unreachable!("told never ends"),
+                }
+            }
             (Bug::WaitLeavesOrphan, AcquireMode::Wait) => {
                 let (inner, candidacy) = (self.inner.clone(), on_server.clone());
                 let orphan =
@@ -637,6 +651,9 @@ impl BackendFactory for MutantFactory {
             Bug::WaitByPolling => self.parts.attempts.load(Ordering::Relaxed),
             _ => self.server().stats().writes(),
         }))
+    }
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        Some(Ok(self.server().stats().served()))
     }
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         match self.parts.bug {

@@ -97,6 +97,22 @@ async fn polling_wait_fails_the_herd_case() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_told_every_change_fail_the_herd_case_on_requests() {
+    let f = MutantFactory::planted(Bug::WaitersToldEveryChange);
+    let report = suite::herd_writes_per_leadership_change(f).await;
+    failed_on(&report, Property::HerdFree);
+    let figures = &report.figures;
+    assert!(
+        figures.writes_per_change.is_some_and(|w| w <= 3.0),
+        "the writes stay herd-free: {figures:?}"
+    );
+    assert!(
+        figures.requests_per_change.is_some_and(|r| r > 10.0),
+        "the requests are not: {figures:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_waiter_fails_dropped_waiting_acquire() {
     let f = MutantFactory::planted(Bug::WaitLeavesOrphan);
     failed_on(

@@ -32,12 +32,25 @@ pub struct MemoryStats {
     pub withdrawn: u64,
     /// Times a waiting candidate was woken.
     pub wakeups: u64,
+    /// Requests other than renewals: acquires (each attempt), releases and
+    /// watches opened (inspecting the server, as `MemoryBackend::holder`
+    /// does, is not a request).
+    pub requests: u64,
+    /// Messages the server sent unasked: grants handed to waiting
+    /// candidates, and watch events after each watch's first.
+    pub notifications: u64,
 }
 
 impl MemoryStats {
     /// State changes on the server: grants, renewals, releases, expiries and queue changes.
     pub fn writes(&self) -> u64 {
         self.grants + self.renewals + self.releases + self.expiries + self.enqueued + self.withdrawn
+    }
+
+    /// Everything the server served but heartbeats: requests other than
+    /// renewals, and notifications.
+    pub fn served(&self) -> u64 {
+        self.requests + self.notifications
     }
 }
 
@@ -144,6 +157,7 @@ impl State {
                 .take()
                 .expect("a queued waiter has its sender");
             self.stats.wakeups += 1;
+            self.stats.notifications += 1;
             if let Err(unsent) = tx.send(grant) {
                 // The waiter is gone (its drop guard runs under this lock, so this
                 // is only reachable if it was dropped without one): undo.
@@ -205,6 +219,7 @@ impl Server {
     pub fn try_acquire(&self, candidacy: &Candidacy) -> std::result::Result<Grant, LeaderInfo> {
         let key = candidacy.key();
         let mut st = self.lock_settled(key);
+        st.stats.requests += 1;
         if let Some(LeaderEvent::Elected(info)) = st.keys.get(key).map(KeyState::event) {
             return Err(info);
         }
@@ -225,6 +240,7 @@ impl Server {
             let mut st = self.lock();
             let id = st.id();
             st.stats.enqueued += 1;
+            st.stats.requests += 1;
             st.keys
                 .entry(key.clone())
                 .or_insert_with(KeyState::new)
@@ -284,6 +300,7 @@ impl Server {
 
     pub fn release(&self, key: &ElectionKey, grant: u64) {
         let mut st = self.lock_settled(key);
+        st.stats.requests += 1;
         let Some(ks) = st.keys.get_mut(key) else {
             return;
         };
@@ -361,6 +378,7 @@ impl Server {
     ) -> BoxStream<'static, Result<LeaderEvent>> {
         let rx = {
             let mut st = self.lock();
+            st.stats.requests += 1;
             st.keys.entry(key.clone()).or_insert_with(KeyState::new);
             st.settle(&key, Instant::now());
             st.keys[&key].events.subscribe()
@@ -378,6 +396,9 @@ impl Server {
                     };
                     let current = rx.borrow_and_update().clone();
                     if last.as_ref() != Some(&current) {
+                        if last.is_some() {
+                            server.lock().stats.notifications += 1;
+                        }
                         faults.response().await;
                         return Some((
                             Ok(current.clone()),
