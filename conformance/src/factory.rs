@@ -55,6 +55,13 @@ pub trait Link: Send + Sync + 'static {
     fn last_request_at(&self) -> Option<tokio::time::Instant> {
         None
     }
+
+    /// The server nodes (numbered as [`ServerFaults`] numbers them) the
+    /// client has connections open to, if the link can tell; for the case
+    /// that pauses the holder's own node.
+    fn nodes_in_use(&self) -> Option<Vec<usize>> {
+        None
+    }
 }
 
 /// Real-time settings for the cases, chosen per backend.

@@ -15,6 +15,8 @@ use crate::proxy::{FaultProxy, Mode, Tap};
 #[derive(Debug)]
 pub struct ProxyLink {
     proxies: Vec<FaultProxy>,
+    /// The proxies stand in front of the server nodes, in their order.
+    numbers_nodes: std::sync::atomic::AtomicBool,
 }
 
 impl ProxyLink {
@@ -47,7 +49,19 @@ impl ProxyLink {
             proxies.push(proxy);
         }
         let addrs = proxies.iter().map(FaultProxy::addr).collect();
-        Ok((Arc::new(ProxyLink { proxies }), addrs))
+        let link = ProxyLink {
+            proxies,
+            numbers_nodes: Default::default(),
+        };
+        Ok((Arc::new(link), addrs))
+    }
+
+    /// Says that the proxies stand in front of the server nodes, in the
+    /// order [`ServerFaults`](crate::ServerFaults) numbers them: the link
+    /// then tells which nodes the client uses ([`Link::nodes_in_use`]).
+    pub fn numbers_nodes(&self) {
+        self.numbers_nodes
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The proxies, in the order of the upstreams.
@@ -82,5 +96,19 @@ impl Link for ProxyLink {
             .iter()
             .filter_map(FaultProxy::last_request_at)
             .max()
+    }
+
+    fn nodes_in_use(&self) -> Option<Vec<usize>> {
+        if !self
+            .numbers_nodes
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        Some(
+            (0..self.proxies.len())
+                .filter(|&i| self.proxies[i].open_connections() > 0)
+                .collect(),
+        )
     }
 }

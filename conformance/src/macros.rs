@@ -38,6 +38,8 @@ macro_rules! __cases {
             partitioned_leader_steps_down_before_anyone_else_leads,
             servers_paused_longer_than_ttl_leader_steps_down,
             server_node_killed_leader_survives_or_fails_over,
+            holders_server_node_paused_longer_than_ttl,
+            servers_leader_paused_longer_than_ttl,
             cluster_restart_tokens_keep_increasing,
             paused_candidate_loses_and_its_write_is_refused,
             killed_candidate_taken_over_within_ttl_plus_1s,

@@ -133,6 +133,12 @@ impl MemoryFactory {
         client
     }
 
+    /// The [`Link`] of a client made by [`memory_client`](Self::memory_client):
+    /// its faults, and the simulated node it is attached to.
+    pub fn link(&self, client: &MemoryBackend) -> Arc<dyn Link> {
+        Arc::new(MemoryLink(client.clone(), Some(self.cluster.clone())))
+    }
+
     /// A command starting a candidate process on `make`'s clients, through
     /// this factory's front (started on the current runtime on first use):
     /// `None` without [`with_candidate`](Self::with_candidate) or a runtime.
@@ -155,10 +161,11 @@ impl MemoryFactory {
 
 /// The [`Link`] of one memory client: its [`Faults`](tenure_core::memory::Faults).
 pub fn memory_link(client: &MemoryBackend) -> Arc<dyn Link> {
-    Arc::new(MemoryLink(client.clone()))
+    Arc::new(MemoryLink(client.clone(), None))
 }
 
-struct MemoryLink(MemoryBackend);
+/// A client's faults, and the simulated cluster it is attached to.
+struct MemoryLink(MemoryBackend, Option<Arc<Cluster>>);
 
 #[async_trait]
 impl Link for MemoryLink {
@@ -180,6 +187,17 @@ impl Link for MemoryLink {
     fn last_request_at(&self) -> Option<tokio::time::Instant> {
         self.0.faults().last_request_at()
     }
+
+    fn nodes_in_use(&self) -> Option<Vec<usize>> {
+        let cluster = self.1.as_ref()?;
+        let st = cluster.state();
+        let node = st
+            .clients
+            .iter()
+            .find(|(c, _)| std::ptr::eq(c.faults(), self.0.faults()))
+            .map(|&(_, node)| node)?;
+        Some(vec![node])
+    }
 }
 
 #[async_trait]
@@ -196,7 +214,7 @@ impl BackendFactory for MemoryFactory {
         let client = self.memory_client();
         Ok(Client {
             backend: Arc::new(client.clone()),
-            link: Some(memory_link(&client)),
+            link: Some(self.link(&client)),
         })
     }
 

@@ -14,6 +14,7 @@ mod input;
 mod machine_lock;
 mod nested;
 mod nodes;
+mod paused;
 mod process;
 mod release;
 mod renew;
@@ -53,6 +54,9 @@ pub use input::{
 };
 pub use nested::nested_keys_are_independent;
 pub use nodes::server_node_killed_leader_survives_or_fails_over;
+pub use paused::{
+    holders_server_node_paused_longer_than_ttl, servers_leader_paused_longer_than_ttl,
+};
 pub use process::{
     killed_candidate_taken_over_within_ttl_plus_1s, paused_candidate_loses_and_its_write_is_refused,
 };

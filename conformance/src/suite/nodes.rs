@@ -154,7 +154,7 @@ async fn start_again(servers: &dyn ServerFaults, down: &mut Vec<usize>) -> Step 
 }
 
 /// `a` still leads `since` a fault: not ended, valid, and renewed since.
-fn still_leads(cx: &Cx, a: &Leader, since: Instant, what: &str) -> Step {
+pub(super) fn still_leads(cx: &Cx, a: &Leader, since: Instant, what: &str) -> Step {
     let (ended, valid, until) = (a.term.ended(), a.term.is_valid(), a.term.valid_until());
     cx.check(
         Property::Contract,
@@ -170,7 +170,7 @@ fn still_leads(cx: &Cx, a: &Leader, since: Instant, what: &str) -> Step {
 }
 
 /// `a` resigns and the standby leads (the case's end when `a` kept leading).
-async fn hand_over(cx: &Cx, mut a: Leader, standby: Standby) -> Step {
+pub(super) async fn hand_over(cx: &Cx, mut a: Leader, standby: Standby) -> Step {
     let resigned = Instant::now();
     a.resign().await?;
     let b = standby.leads(cx, cx.ttl() + cx.timing().round_trip).await?;
@@ -180,7 +180,7 @@ async fn hand_over(cx: &Cx, mut a: Leader, standby: Standby) -> Step {
 }
 
 /// The new leader writes, the old one's write is refused, the new one resigns.
-async fn finish(cx: &Cx, a: Leader, mut b: Leader) -> Step {
+pub(super) async fn finish(cx: &Cx, a: Leader, mut b: Leader) -> Step {
     b.write();
     let stale = a.write();
     cx.check(Property::Fencing, stale == Write::Refused, || {

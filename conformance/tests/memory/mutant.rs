@@ -12,7 +12,6 @@ use futures::stream::{BoxStream, StreamExt};
 use tenure_conformance::factory::{
     BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault, ServerFaults, Timing,
 };
-use tenure_conformance::memory::memory_link;
 use tenure_conformance::MemoryFactory;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, Capabilities, ElectionKey, FencingToken,
@@ -630,7 +629,7 @@ impl BackendFactory for MutantFactory {
             }
         }
         let mutant = self.parts.mutant(inner.clone());
-        let memory = memory_link(&inner);
+        let memory = self.parts.memory.link(&inner);
         let link: Arc<dyn Link> = match self.parts.bug {
             Bug::GrantLostInFlight => Arc::new(MutantLink {
                 memory,

@@ -309,6 +309,24 @@ async fn a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_than_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused() {
+    let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
+    failed_on(
+        &suite::holders_server_node_paused_longer_than_ttl(f).await,
+        Property::Exclusive,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_is_paused() {
+    let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
+    failed_on(
+        &suite::servers_leader_paused_longer_than_ttl(f).await,
+        Property::Exclusive,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_lost_with_the_servers_leader_fail_server_node_killed() {
     let f = MutantFactory::planted(Bug::LeasesLostOnFailover);
     failed_on(

@@ -1,0 +1,174 @@
+//! One server node paused (frozen, its connections open and silent) for
+//! longer than the TTL: the node the leader's client uses, or the servers'
+//! own leader. A frozen node is the fault clients handle worst: nothing
+//! fails, answers just stop coming.
+
+use std::sync::Arc;
+
+use tokio::time::{sleep_until, Instant};
+
+use super::candidate::{elector, Leader, Standby};
+use super::context::{Context, Cx, Failure, Step};
+use super::faults::{applied, millis, server_leader};
+use super::nodes::{finish, hand_over, still_leads};
+use super::runner::{run_case, Meta, Quiet};
+use crate::factory::{BackendFactory, ServerFaults};
+use crate::report::{CaseReport, Property};
+
+/// Which node the case pauses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Paused {
+    /// The node the leader's client has connections to.
+    Holders,
+    /// The node the servers elected their leader (raft, zab).
+    ServersLeader,
+}
+
+/// The node the leader's client uses is paused for longer than the TTL.
+/// The leader either goes on leading (its client moved to another node and
+/// renewed in time) or steps down by its `valid_until`; then a standby
+/// leads, never before that `valid_until`, within two TTLs plus
+/// [`Cx::failover_bound`] of the servers being whole again, and the old
+/// leader's write is refused.
+pub async fn holders_server_node_paused_longer_than_ttl(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    paused_node(
+        factory,
+        "holders_server_node_paused_longer_than_ttl",
+        Paused::Holders,
+    )
+    .await
+}
+
+/// As [`holders_server_node_paused_longer_than_ttl`], with the servers'
+/// own leader paused: the others elect a new one meanwhile.
+pub async fn servers_leader_paused_longer_than_ttl(factory: Arc<dyn BackendFactory>) -> CaseReport {
+    paused_node(
+        factory,
+        "servers_leader_paused_longer_than_ttl",
+        Paused::ServersLeader,
+    )
+    .await
+}
+
+async fn paused_node(
+    factory: Arc<dyn BackendFactory>,
+    name: &'static str,
+    which: Paused,
+) -> CaseReport {
+    let meta = Meta {
+        name,
+        contract: "5, 6, 8",
+        quiet: Quiet::Backend,
+    };
+    run_case(factory, meta, move |cx| async move {
+        let Some(servers) = cx.factory().servers() else {
+            return Err(Failure::Skip(
+                "the factory cannot pause server nodes".into(),
+            ));
+        };
+        if servers.nodes() < 3 {
+            return Err(Failure::Skip(format!(
+                "needs 3 or more server nodes; the deployment has {}",
+                servers.nodes()
+            )));
+        }
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
+        let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, ttl + rt).await?;
+        a.write();
+        let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
+        cx.until_waiting(&key, 1).await?;
+        let node = match which {
+            Paused::Holders => {
+                let nodes = ca.link.as_ref().and_then(|link| link.nodes_in_use());
+                let Some(nodes) = nodes else {
+                    return Err(Failure::Skip(
+                        "the client's link cannot tell which server node it uses".into(),
+                    ));
+                };
+                let Some(&node) = nodes.first() else {
+                    return Err(Failure::Fail(
+                        "a's client, leading, has no connection open to any server node".into(),
+                    ));
+                };
+                node
+            }
+            Paused::ServersLeader => match server_leader(servers, |_| true).await? {
+                Some(node) => node,
+                None => {
+                    return Err(Failure::Skip(
+                        "the servers elect no leader of their own".into(),
+                    ))
+                }
+            },
+        };
+        let paused = Instant::now();
+        applied(
+            servers.pause(node).await,
+            format_args!("pausing node {node}"),
+        )?;
+        sleep_until(paused + ttl + rt * 2).await; // the fault lasts longer than the TTL
+        let unpaused = servers
+            .unpause(node)
+            .await
+            .ctx(format_args!("unpausing node {node}"));
+        let resumed = Instant::now();
+        unpaused?;
+        cx.note(format!(
+            "node {node} ({}) paused for {:.0} ms",
+            match which {
+                Paused::Holders => "the one a's client used",
+                Paused::ServersLeader => "the servers' leader",
+            },
+            millis(resumed - paused)
+        ));
+        after_pause(&cx, servers, a, standby, paused).await
+    })
+    .await
+}
+
+/// What must hold once the paused node is back.
+async fn after_pause(
+    cx: &Cx,
+    servers: &dyn ServerFaults,
+    a: Leader,
+    standby: Standby,
+    paused: Instant,
+) -> Step {
+    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
+    servers
+        .settle()
+        .await
+        .ctx("waiting for the servers to settle after the pause")?;
+    let settled = Instant::now();
+    if a.term.ended().is_none() {
+        still_leads(cx, &a, paused, "its server node was paused")?;
+        cx.note("a kept leading through the pause");
+        return hand_over(cx, a, standby).await;
+    }
+    let (lost_at, reason) = a.lost().await;
+    let deadline = a.term.valid_until();
+    cx.check(Property::Timing, lost_at <= deadline + rt, || {
+        format!(
+            "a's loss ({reason:?}) came {:?} after its valid_until",
+            lost_at - deadline
+        )
+    })?;
+    let limit = ttl * 2 + cx.failover_bound();
+    let b = standby.leads(cx, limit).await?;
+    let b_start = cx.safety().get(b.id).start;
+    cx.check(Property::Exclusive, deadline < b_start, || {
+        format!("b leads {:?} before a's valid_until", deadline - b_start)
+    })?;
+    cx.figures(|f| f.failover_ms = Some(millis(b_start - paused)));
+    cx.note(format!(
+        "a stepped down ({reason:?}) {:.0} ms after the pause began; b led {:.0} ms after it began, {:.0} ms after the servers settled",
+        millis(lost_at - paused),
+        millis(b_start - paused),
+        millis(b_start.saturating_duration_since(settled))
+    ));
+    finish(cx, a, b).await
+}
