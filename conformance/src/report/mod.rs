@@ -19,6 +19,9 @@ pub enum Property {
     Fencing,
     /// A leadership change costs O(1) server writes, whatever the number of waiters.
     HerdFree,
+    /// A leadership change costs O(1) server requests and notifications of
+    /// any kind (heartbeats left out), whatever the number of waiters.
+    HerdRequests,
     /// Hand-over, failover and expiry happen within their bounds.
     Timing,
 }
@@ -30,6 +33,7 @@ impl std::fmt::Display for Property {
             Property::Exclusive => "exclusive",
             Property::Fencing => "fencing",
             Property::HerdFree => "herd-free",
+            Property::HerdRequests => "herd-requests",
             Property::Timing => "timing",
         })
     }

@@ -190,7 +190,7 @@ impl Cx {
             Property::Fencing if !self.0.caps.fencing => {
                 Expect::NotPromised("capabilities: fencing = false".into())
             }
-            Property::HerdFree if !self.0.caps.herd_free_wait => {
+            Property::HerdFree | Property::HerdRequests if !self.0.caps.herd_free_wait => {
                 Expect::NotPromised("capabilities: herd_free_wait = false".into())
             }
             _ => Expect::Must,

@@ -33,7 +33,9 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
     let meta = Meta {
         name: "herd_writes_per_leadership_change",
         contract: "3",
-        quiet: Quiet::Backend,
+        // Alone on the machine: it counts requests, and on a loaded machine
+        // waiters' requests time out and are retried.
+        quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
         let Some(first) = cx.factory().server_writes().await else {
@@ -140,7 +142,7 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
                 cx.note("requests not counted: the factory has no request counter");
                 Ok(())
             }
-            Some(per_change) => cx.check(Property::HerdFree, per_change <= HERD_FREE_REQUESTS, || {
+            Some(per_change) => cx.check(Property::HerdRequests, per_change <= HERD_FREE_REQUESTS, || {
                 format!("{per_change:.1} server requests and notifications per leadership change with {HERD} waiting (herd-free allows {HERD_FREE_REQUESTS})")
             }),
         }

@@ -103,7 +103,10 @@ pub const CORE_ONLY: &[&str] = &[
 ];
 
 /// The cases that run with the machine to themselves ([`Quiet::Machine`](runner::Quiet)).
-pub const TIMED_ALONE: &[&str] = &["handover_p50_over_repeated_resignations"];
+pub const TIMED_ALONE: &[&str] = &[
+    "herd_writes_per_leadership_change",
+    "handover_p50_over_repeated_resignations",
+];
 
 const fn listed(list: &[&str], name: &str) -> bool {
     let mut i = 0;
