@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure_conformance::factory::Gap;
 use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, Property,
@@ -128,15 +127,6 @@ impl BackendFactory for EtcdFactory {
         // Leases earlier cases left to expire: their revocations are writes.
         let quiet = self.timing().ttl + self.capabilities().expiry_slack;
         until_writes_settle(self, quiet, quiet * 4).await.map(drop)
-    }
-
-    fn gaps(&self) -> Vec<Gap> {
-        vec![Gap {
-            property: Property::HerdRequests,
-            why: "not yet bounded on etcd: 4 to 7 requests per change in most runs, but some \
-                  runs count 19 to 51 (waiting candidates reading their position and watching \
-                  again); recorded until that is understood",
-        }]
     }
 
     async fn server_version(&self) -> Option<String> {

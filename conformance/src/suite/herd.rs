@@ -25,6 +25,35 @@ const HERD_FREE_WRITES: f64 = 3.0;
 /// has every waiter look) spends about [`HERD`].
 const HERD_FREE_REQUESTS: f64 = 10.0;
 
+/// Waits (at most `limit`) until the servers' request counter stays still
+/// for a while; whether it did. True at once without a counter.
+async fn until_requests_settle(cx: &super::context::Cx, limit: Duration) -> Step<bool> {
+    const STILL: Duration = Duration::from_millis(150);
+    const POLL: Duration = Duration::from_millis(30);
+    let read = || async {
+        match cx.factory().server_requests().await {
+            None => Ok(None),
+            Some(Ok(n)) => Ok(Some(n)),
+            Some(Err(e)) => Err(Failure::Fail(format!("reading the request counter: {e}"))),
+        }
+    };
+    let Some(mut last) = read().await? else {
+        return Ok(true);
+    };
+    let deadline = Instant::now() + limit;
+    let mut since = Instant::now();
+    while Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+        let now = read().await?.unwrap_or(last);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= STILL {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// With 100 ([`HERD`]) candidates waiting, hands the lease down the line several
 /// times and counts the server's writes per change, and where the factory
 /// counts them ([`BackendFactory::server_requests`]), every request and
@@ -103,6 +132,21 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
                 Some(Err(e)) => Err(Failure::Fail(format!("reading the request counter: {e}"))),
             }
         };
+        // A candidate counts as waiting once its record exists, and may
+        // still be taking its first look (a read, a watch opened): let that
+        // land first, or it is billed to the first changes. Heartbeats are
+        // not counted, so a herd at rest leaves the counter still. The
+        // holder renews before and after, as the changes below take less
+        // than a TTL from then.
+        current.renew().await.ctx("the holder renewing while the herd settles")?;
+        let settled = until_requests_settle(&cx, cx.ttl() / 3).await?;
+        current.renew().await.ctx("the holder renewing while the herd settles")?;
+        if !settled {
+            cx.note(format!(
+                "the request counter still moved {:?} after the herd queued",
+                cx.ttl() / 3
+            ));
+        }
         let before = writes().await?;
         let requests_before = requests().await?;
         let mut handovers = Duration::ZERO;

@@ -74,7 +74,24 @@ async fn paused_node(
                 servers.nodes()
             )));
         }
-        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let leader = servers.leader().await.ok().flatten();
+        // A's client on a node other than the servers' leader where one can
+        // be had (pausing the leader is the other case): a client that uses
+        // the leader only is replaced, a few times at most.
+        let mut ca = cx.client().await?;
+        if which == Paused::Holders {
+            for _ in 0..servers.nodes() {
+                match ca.link.as_ref().and_then(|link| link.nodes_in_use()) {
+                    Some(nodes)
+                        if !nodes.is_empty() && nodes.iter().all(|&n| Some(n) == leader) =>
+                    {
+                        ca = cx.client().await?;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let cb = cx.client().await?;
         let key = cx.new_key();
         let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
         let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, ttl + rt).await?;
@@ -89,12 +106,27 @@ async fn paused_node(
                         "the client's link cannot tell which server node it uses".into(),
                     ));
                 };
-                let Some(&node) = nodes.first() else {
+                if nodes.is_empty() {
                     return Err(Failure::Fail(
                         "a's client, leading, has no connection open to any server node".into(),
                     ));
-                };
-                node
+                }
+                // Best a node b does not use and that does not lead the
+                // servers: the fault then cuts a off and leaves b and the
+                // servers whole.
+                let b_uses = cb
+                    .link
+                    .as_ref()
+                    .and_then(|link| link.nodes_in_use())
+                    .unwrap_or_default();
+                let not_leader = |n: &&usize| Some(**n) != leader;
+                nodes
+                    .iter()
+                    .filter(not_leader)
+                    .find(|n| !b_uses.contains(n))
+                    .or_else(|| nodes.iter().find(not_leader))
+                    .copied()
+                    .unwrap_or(nodes[0])
             }
             Paused::ServersLeader => match server_leader(servers, |_| true).await? {
                 Some(node) => node,
