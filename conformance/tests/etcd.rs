@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::{
-    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, Property,
-    ProxyLink, ServerFaults, Target,
+    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
+    ServerFaults, Target,
 };
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
