@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::candidate::Holder;
-use super::context::{Context, Failure, Step};
+use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -25,26 +25,28 @@ const HERD_FREE_WRITES: f64 = 3.0;
 /// has every waiter look) spends about [`HERD`].
 const HERD_FREE_REQUESTS: f64 = 10.0;
 
+/// The servers' request counter, `None` where the factory has none.
+async fn server_requests(cx: &Cx) -> Step<Option<u64>> {
+    match cx.factory().server_requests().await {
+        None => Ok(None),
+        Some(Ok(n)) => Ok(Some(n)),
+        Some(Err(e)) => Err(Failure::Fail(format!("reading the request counter: {e}"))),
+    }
+}
+
 /// Waits (at most `limit`) until the servers' request counter stays still
 /// for a while; whether it did. True at once without a counter.
-async fn until_requests_settle(cx: &super::context::Cx, limit: Duration) -> Step<bool> {
+async fn until_requests_settle(cx: &Cx, limit: Duration) -> Step<bool> {
     const STILL: Duration = Duration::from_millis(150);
     const POLL: Duration = Duration::from_millis(30);
-    let read = || async {
-        match cx.factory().server_requests().await {
-            None => Ok(None),
-            Some(Ok(n)) => Ok(Some(n)),
-            Some(Err(e)) => Err(Failure::Fail(format!("reading the request counter: {e}"))),
-        }
-    };
-    let Some(mut last) = read().await? else {
+    let Some(mut last) = server_requests(cx).await? else {
         return Ok(true);
     };
     let deadline = Instant::now() + limit;
     let mut since = Instant::now();
     while Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
-        let now = read().await?.unwrap_or(last);
+        let now = server_requests(cx).await?.unwrap_or(last);
         if now != last {
             (last, since) = (now, Instant::now());
         } else if since.elapsed() >= STILL {
@@ -125,13 +127,6 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
                 other => Err(Failure::Fail(format!("reading the write counter: {other:?}"))),
             }
         };
-        let requests = || async {
-            match cx.factory().server_requests().await {
-                None => Ok(None),
-                Some(Ok(n)) => Ok(Some(n)),
-                Some(Err(e)) => Err(Failure::Fail(format!("reading the request counter: {e}"))),
-            }
-        };
         // A candidate counts as waiting once its record exists, and may
         // still be taking its first look (a read, a watch opened): let that
         // land first, or it is billed to the first changes. Heartbeats are
@@ -148,7 +143,7 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
             ));
         }
         let before = writes().await?;
-        let requests_before = requests().await?;
+        let requests_before = server_requests(&cx).await?;
         let mut handovers = Duration::ZERO;
         for _ in 0..CHANGES {
             // Each leader holds a while, as real ones do: waiting that polls costs writes meanwhile.
@@ -162,7 +157,7 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
             handovers += cx.safety().get(current.term).start - released;
         }
         let after = writes().await?;
-        let requests_after = requests().await?;
+        let requests_after = server_requests(&cx).await?;
         current.write();
         current.release().await?;
         for task in &tasks {
