@@ -107,6 +107,31 @@ async fn a_tick_time_above_a_third_of_the_session_timeout_is_refused_naming_it()
     ));
 }
 
+/// A 3-node ensemble, one of its followers, a client connected to that
+/// follower only, and one connected to the ensemble's leader only (sessions
+/// of `ttl`).
+async fn follower_and_leader_clients(
+    ttl: Duration,
+) -> (Cluster, usize, ZooKeeperBackend, ZooKeeperBackend) {
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
+        .await
+        .expect("ZooKeeper ensemble");
+    let leader = cluster
+        .await_leader(Duration::from_secs(30), |_| true)
+        .await
+        .unwrap();
+    let follower = (leader + 1) % 3;
+    let options = common::options().with_session_timeout(ttl);
+    let at = |i: usize| cluster.nodes()[i].endpoint();
+    let on_follower = ZooKeeperBackend::connect(&at(follower), options.clone())
+        .await
+        .unwrap();
+    let on_leader = ZooKeeperBackend::connect(&at(leader), options)
+        .await
+        .unwrap();
+    (cluster, follower, on_follower, on_leader)
+}
+
 /// A follower passes its clients' activity on to the quorum leader (whose
 /// tracker expires sessions) only in its answers to the leader's pings, every
 /// half tick. Cut off from the leader right after answering a renewal, it
@@ -121,22 +146,7 @@ async fn a_tick_time_above_a_third_of_the_session_timeout_is_refused_naming_it()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_cut_off_right_after_a_renewal_never_lets_two_lead() {
     let ttl = Duration::from_secs(4);
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
-        .await
-        .expect("ZooKeeper ensemble");
-    let leader = cluster
-        .await_leader(Duration::from_secs(30), |_| true)
-        .await
-        .unwrap();
-    let follower = (leader + 1) % 3;
-    let options = common::options().with_session_timeout(ttl);
-    let at = |i: usize| cluster.nodes()[i].endpoint();
-    let a = ZooKeeperBackend::connect(&at(follower), options.clone())
-        .await
-        .unwrap();
-    let b = ZooKeeperBackend::connect(&at(leader), options)
-        .await
-        .unwrap();
+    let (cluster, follower, a, b) = follower_and_leader_clients(ttl).await;
     let candidacy = |who: &str| {
         Candidacy::new(
             ElectionKey::new("relay").unwrap(),
@@ -183,22 +193,7 @@ async fn a_follower_cut_off_right_after_a_renewal_never_lets_two_lead() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watch_through_a_cut_off_follower_never_begins_vacant_while_the_key_is_held() {
     let ttl = Duration::from_secs(4);
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
-        .await
-        .expect("ZooKeeper ensemble");
-    let leader = cluster
-        .await_leader(Duration::from_secs(30), |_| true)
-        .await
-        .unwrap();
-    let follower = (leader + 1) % 3;
-    let options = common::options().with_session_timeout(ttl);
-    let at = |i: usize| cluster.nodes()[i].endpoint();
-    let watcher = ZooKeeperBackend::connect(&at(follower), options.clone())
-        .await
-        .unwrap();
-    let b = ZooKeeperBackend::connect(&at(leader), options)
-        .await
-        .unwrap();
+    let (cluster, follower, watcher, b) = follower_and_leader_clients(ttl).await;
     let key = ElectionKey::new("stale-look").unwrap();
     let candidacy = Candidacy::new(key.clone(), CandidateId::new("b").unwrap(), ttl).unwrap();
     cluster.partition(follower).await.unwrap();
