@@ -64,8 +64,8 @@ pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>)
     let meta = Meta {
         name: "herd_writes_per_leadership_change",
         contract: "3",
-        // Alone on the machine: it counts requests, and on a loaded machine
-        // waiters' requests time out and are retried.
+        // Alone on the machine, and last: it counts every request the
+        // servers serve, and its hundred clients load the machine.
         quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
