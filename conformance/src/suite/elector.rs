@@ -20,15 +20,15 @@ fn millis(d: Duration) -> f64 {
 
 /// `resign` hands leadership to a campaigning standby at once, and the
 /// resigned term is over before the release is sent. Two candidates hand
-/// over [`Cx::AT_ONCE_SAMPLES`] times, each timed from the resign call to the
-/// standby's grant: the median is within
+/// over once untimed, then [`Cx::AT_ONCE_SAMPLES`] times, each timed from
+/// the resign call to the standby's grant, with the machine to themselves: the median is within
 /// [`Timing::at_once`](crate::Timing::at_once), each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "resign_hands_over_at_once",
         contract: "3, 8",
-        quiet: Quiet::Shared,
+        quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
@@ -37,14 +37,17 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
         let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
         let mut leader = Leader::campaign(&cx, &electors[0], rt).await?;
         let mut samples = Vec::with_capacity(Cx::AT_ONCE_SAMPLES);
-        for round in 1..=Cx::AT_ONCE_SAMPLES {
+        // Round 0 warms the path up and is not timed.
+        for round in 0..=Cx::AT_ONCE_SAMPLES {
             leader.write();
-            let standby = Standby::start(&cx, electors[round % 2].clone());
+            let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
             cx.until_waiting(&key, 1).await?;
             let resigned = Instant::now();
             leader.resign().await?;
             let next = standby.leads(&cx, cx.ttl()).await?;
-            samples.push(cx.safety().get(next.id).start - resigned);
+            if round > 0 {
+                samples.push(cx.safety().get(next.id).start - resigned);
+            }
             cx.check(Property::Contract, !leader.term.is_valid(), || {
                 "the resigned term still claims validity".into()
             })?;
