@@ -257,6 +257,18 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// Makes the servers forget their history up to now, and ends the
+    /// watches that history served the way the servers do when it is gone:
+    /// etcd writes past its current revision and compacts there (its open,
+    /// caught-up watches go on); the Lease test server does the same to its
+    /// etcd and ends every open watch with 410 Gone, as kube-apiserver does
+    /// when etcd cancels a watch for compaction. `None` (the default) where
+    /// the servers keep no such history or the factory cannot compact it:
+    /// the case that needs it is skipped.
+    async fn compact_history(&self) -> Option<Result<()>> {
+        None
+    }
+
     /// Properties the backend documents it does not keep, beyond what its
     /// capabilities already say (`fencing: false`, `herd_free_wait: false`).
     fn gaps(&self) -> Vec<Gap> {
@@ -307,6 +319,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
         (**self).wipe_election(key).await
+    }
+    async fn compact_history(&self) -> Option<Result<()>> {
+        (**self).compact_history().await
     }
     async fn server_version(&self) -> Option<String> {
         (**self).server_version().await

@@ -27,6 +27,7 @@ pub use factory::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault,
     ServerFaults, Timing,
 };
+pub use lease_server::compact_etcd;
 pub use link::ProxyLink;
 pub use memory::MemoryFactory;
 pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};

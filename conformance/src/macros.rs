@@ -20,6 +20,7 @@ macro_rules! __cases {
             nested_keys_are_independent,
             watch_starts_with_current_state,
             watch_reports_changes_in_order_and_vacancy,
+            standby_waits_through_history_compaction,
             dropped_waiting_acquire_leaves_no_queue_entry,
             dropped_acquire_leaves_nothing,
             shutdown_releases_before_returning,

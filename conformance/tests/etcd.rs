@@ -146,6 +146,15 @@ impl BackendFactory for EtcdFactory {
         )
     }
 
+    async fn compact_history(&self) -> Option<Result<()>> {
+        Some(
+            tenure_conformance::compact_etcd(self.inspector.client())
+                .await
+                .map(drop)
+                .map_err(harness),
+        )
+    }
+
     fn servers(&self) -> Option<&dyn ServerFaults> {
         Some(&self.servers)
     }

@@ -55,6 +55,7 @@ pub struct LeaseServer {
     addr: SocketAddr,
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
+    expired: Arc<tokio::sync::watch::Sender<u64>>,
     running: Mutex<Option<Running>>,
 }
 
@@ -73,11 +74,15 @@ impl LeaseServer {
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
         let writes = Arc::new(AtomicU64::new(0));
         let served = Arc::new(AtomicU64::new(0));
+        let expired = Arc::new(tokio::sync::watch::Sender::new(0));
         let (running, addr) = run(
             endpoints.clone(),
             "127.0.0.1:0".parse().unwrap(),
-            writes.clone(),
-            served.clone(),
+            Counters {
+                writes: writes.clone(),
+                served: served.clone(),
+                expired: expired.clone(),
+            },
         )
         .await?;
         Ok(LeaseServer {
@@ -85,6 +90,7 @@ impl LeaseServer {
             addr,
             writes,
             served,
+            expired,
             running: Mutex::new(Some(running)),
         })
     }
@@ -112,6 +118,20 @@ impl LeaseServer {
         self.served.load(Ordering::Relaxed)
     }
 
+    /// Compacts the etcd under the server at its current revision (after
+    /// writing past it) and ends every open watch with an ERROR event, 410
+    /// Gone (reason Expired), as kube-apiserver does when etcd cancels its
+    /// watch for compaction. A client that watches again from the
+    /// resourceVersion it last saw is answered 410 too, and must list again.
+    pub async fn expire_watches(&self) -> Result<(), HarnessError> {
+        let client = etcd_client_for_tests(self).await?;
+        compact_etcd(&client)
+            .await
+            .map_err(|e| HarnessError::Protocol(e.to_string()))?;
+        self.expired.send_modify(|generation| *generation += 1);
+        Ok(())
+    }
+
     /// Kills the server: every connection and watch drops at once.
     pub fn kill(&self) {
         drop(self.running.lock().unwrap().take());
@@ -123,8 +143,11 @@ impl LeaseServer {
         let (running, _) = run(
             self.endpoints.clone(),
             self.addr,
-            self.writes.clone(),
-            self.served.clone(),
+            Counters {
+                writes: self.writes.clone(),
+                served: self.served.clone(),
+                expired: self.expired.clone(),
+            },
         )
         .await?;
         *self.running.lock().unwrap() = Some(running);
@@ -148,12 +171,23 @@ impl LeaseServer {
     }
 }
 
+/// What an instance counts and hears, kept across restarts.
+struct Counters {
+    writes: Arc<AtomicU64>,
+    served: Arc<AtomicU64>,
+    expired: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
 async fn run(
     endpoints: Vec<String>,
     addr: SocketAddr,
-    writes: Arc<AtomicU64>,
-    served: Arc<AtomicU64>,
+    counters: Counters,
 ) -> Result<(Running, SocketAddr), HarnessError> {
+    let Counters {
+        writes,
+        served,
+        expired,
+    } = counters;
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
@@ -180,7 +214,7 @@ async fn run(
                     }
                 };
                 let _ = ready_tx.send(Ok(listener.local_addr()));
-                let store = store::Store::new(client, writes, served);
+                let store = store::Store::new(client, writes, served, expired);
                 let app = api::router(store);
                 tokio::select! {
                     _ = axum::serve(listener, app) => {}
@@ -218,6 +252,23 @@ async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The key [`compact_etcd`] writes to move etcd's revision on.
+const HISTORY_KEY: &str = "/tenure-conformance/history";
+
+/// Writes twice past etcd's current revision and compacts there
+/// (physically), so no watch or read can start from an earlier revision;
+/// returns the compaction's revision. Open watches that are caught up go on,
+/// as etcd's do.
+pub async fn compact_etcd(client: &etcd_client::Client) -> Result<i64, etcd_client::Error> {
+    let mut kv = client.kv_client();
+    kv.put(HISTORY_KEY, "1", None).await?;
+    let put = kv.put(HISTORY_KEY, "2", None).await?;
+    let revision = put.header().map_or(0, |h| h.revision());
+    let options = etcd_client::CompactionOptions::new().with_physical();
+    kv.compact(revision, Some(options)).await?;
+    Ok(revision)
 }
 
 /// A plain etcd client on the server's etcd (for tests that compact or inspect it).

@@ -32,6 +32,7 @@ pub(crate) struct Store {
     client: Client,
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
+    expired: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The etcd key of a Lease.
@@ -97,12 +98,24 @@ where
 }
 
 impl Store {
-    pub(crate) fn new(client: Client, writes: Arc<AtomicU64>, served: Arc<AtomicU64>) -> Store {
+    pub(crate) fn new(
+        client: Client,
+        writes: Arc<AtomicU64>,
+        served: Arc<AtomicU64>,
+        expired: Arc<tokio::sync::watch::Sender<u64>>,
+    ) -> Store {
         Store {
             client,
             writes,
             served,
+            expired,
         }
+    }
+
+    /// Changes when every open watch is to end with 410 Gone
+    /// ([`LeaseServer::expire_watches`](super::LeaseServer::expire_watches)).
+    pub(crate) fn expiries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.expired.subscribe()
     }
 
     /// Counts one HTTP request answered or one watch event sent.

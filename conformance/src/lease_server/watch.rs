@@ -103,6 +103,7 @@ pub(crate) async fn watch(
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let events = store.clone();
+    let mut expiries = store.expiries();
     tokio::spawn(async move {
         for line in initial {
             if tx.send(line).await.is_err() {
@@ -121,6 +122,12 @@ pub(crate) async fn watch(
                     continue;
                 }
                 _ = tx.closed() => return,
+                _ = expiries.changed() => {
+                    // As kube-apiserver ends a watch that etcd cancelled for compaction.
+                    let message = format!("too old resource version: {start}");
+                    let _ = tx.send(line("ERROR", &expired(message))).await;
+                    return;
+                }
                 answer = stream.message() => answer,
             };
             let Ok(Some(answer)) = answer else { return };

@@ -10,6 +10,7 @@ mod elector;
 mod faults;
 mod handover;
 mod herd;
+mod history;
 mod input;
 mod machine_lock;
 mod nested;
@@ -46,6 +47,7 @@ pub use elector::{
 pub use faults::RECOVERY;
 pub use handover::{handover_p50_over_repeated_resignations, HANDOVERS, WARMUP};
 pub use herd::{herd_writes_per_leadership_change, HERD};
+pub use history::standby_waits_through_history_compaction;
 pub use input::{
     elector_rejects_renew_interval_not_below_ttl, empty_identity_is_invalid_argument,
     empty_key_is_invalid_argument, key_breaking_backend_rule_is_invalid_argument,

@@ -88,6 +88,10 @@ pub enum Bug {
     /// A waiting candidate also watches the key, so every change is told to
     /// every waiter (writes stay O(1); notifications grow with the line).
     WaitersToldEveryChange,
+    /// A waiting candidate takes the end of its watch, when the servers'
+    /// history is compacted, for the end of its wait, and looks again only a
+    /// TTL later.
+    WaitLostOnCompaction,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -108,6 +112,8 @@ pub struct Shared {
     /// The send time of the last renewal of each grant that reached the
     /// server, the lease's "version" (`CancelledRenewKeepsKey`).
     versions: Mutex<HashMap<u64, Instant>>,
+    /// Told when the servers' history is compacted (`WaitLostOnCompaction`).
+    compacted: tokio::sync::watch::Sender<u64>,
 }
 
 /// One client of the mutant server.
@@ -368,6 +374,13 @@ impl LeaseBackend for Mutant {
                 }
             },
             (Bug::PollsEvery150ms, AcquireMode::Wait) => self.poll(&on_server).await?,
+            (Bug::WaitLostOnCompaction, AcquireMode::Wait) => loop {
+                let mut compacted = self.shared.compacted.subscribe();
+                tokio::select! {
+                    granted = self.inner.acquire(&on_server, AcquireMode::Wait) => break granted?,
+                    _ = compacted.changed() => tokio::time::sleep(on_server.ttl()).await,
+                }
+            },
             (Bug::WaitersToldEveryChange, AcquireMode::Wait) => {
                 let mut events = self.inner.watch(on_server.key()).await?;
                 let told = async {
@@ -674,6 +687,10 @@ impl BackendFactory for MutantFactory {
             .wiped_at
             .store(self.server().stats().grants, Ordering::SeqCst);
         Some(Ok(()))
+    }
+    async fn compact_history(&self) -> Option<Result<()>> {
+        self.parts.shared.compacted.send_modify(|n| *n += 1);
+        self.parts.memory.compact_history().await
     }
     fn servers(&self) -> Option<&dyn ServerFaults> {
         Some(&self.parts.memory)

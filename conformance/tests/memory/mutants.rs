@@ -113,6 +113,15 @@ async fn waiters_told_every_change_fail_the_herd_case_on_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_lost_on_compaction_fails_the_compaction_case() {
+    let f = MutantFactory::planted(Bug::WaitLostOnCompaction);
+    failed_on(
+        &suite::standby_waits_through_history_compaction(f).await,
+        Property::Contract,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_waiter_fails_dropped_waiting_acquire() {
     let f = MutantFactory::planted(Bug::WaitLeavesOrphan);
     failed_on(
