@@ -192,6 +192,7 @@ impl KubeLeaseBackend {
         // The Lease as the last watch event (or our own create) showed it,
         // if that is all we need.
         let mut delivered: Option<Option<KubeLease>> = None;
+        let mut watch = observe::LeaseWatch::new(self.api.clone(), name);
         loop {
             let observed = match delivered.take() {
                 Some(observed) => observed,
@@ -256,7 +257,7 @@ impl KubeLeaseBackend {
                 return Ok(Acquisition::Held(holder));
             }
             if let observe::Change::Seen(now) =
-                observe::changed(&self.api, name, &rec.resource_version, Some(expires)).await
+                watch.changed(&rec.resource_version, Some(expires)).await
             {
                 delivered = Some(now.map(|lease| *lease));
             }
@@ -345,13 +346,19 @@ impl KubeLeaseBackend {
     async fn watch_inner(self, name: String, tx: tokio::sync::mpsc::Sender<Result<LeaderEvent>>) {
         let mut last: Option<LeaderEvent> = None;
         let after = self.options.request_timeout;
+        let mut watch = observe::LeaseWatch::new(self.api.clone(), &name);
+        // The Lease as the last watch event showed it, if it came with one.
+        let mut delivered: Option<Option<KubeLease>> = None;
         loop {
-            let observed = match self.get(&name, after).await {
-                Ok(o) => o,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
+            let observed = match delivered.take() {
+                Some(observed) => observed,
+                None => match self.get(&name, after).await {
+                    Ok(o) => o,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                },
             };
             let (event, rv, until) = match &observed {
                 None => (LeaderEvent::Vacant, "0".to_owned(), None),
@@ -379,7 +386,11 @@ impl KubeLeaseBackend {
                 last = Some(event);
             }
             tokio::select! {
-                _ = observe::changed(&self.api, &name, &rv, until) => {}
+                change = watch.changed(&rv, until) => {
+                    if let observe::Change::Seen(now) = change {
+                        delivered = Some(now.map(|lease| *lease));
+                    }
+                }
                 _ = tx.closed() => return,
             }
         }

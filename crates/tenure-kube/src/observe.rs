@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::stream::{BoxStream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{WatchEvent, WatchParams};
+use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::Api;
 use tokio::time::Instant;
 
@@ -41,44 +41,118 @@ pub(crate) enum Change {
     Unknown,
 }
 
-/// Waits until the Lease `name` changes after `resource_version` (or is
-/// deleted), `until` passes, or the watch fails. The changed object comes
-/// with the event, so the caller need not read it again: one request fewer
-/// on every hand-over.
-pub(crate) async fn changed(
-    api: &Api<Lease>,
-    name: &str,
-    resource_version: &str,
-    until: Option<Instant>,
-) -> Change {
-    let params = WatchParams::default()
+type Events = BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+
+fn params_for(name: &str) -> WatchParams {
+    WatchParams::default()
         .fields(&format!("metadata.name={name}"))
-        .timeout(290);
-    let wait = async {
-        let Ok(stream) = api.watch(&params, resource_version).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            return Change::Unknown;
-        };
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(WatchEvent::Bookmark(_)) => continue,
-                Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
-                    return Change::Seen(Some(Box::new(lease)))
-                }
-                Ok(WatchEvent::Deleted(_)) => return Change::Seen(None),
-                Ok(WatchEvent::Error(_)) | Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    return Change::Unknown;
+        .timeout(290)
+}
+
+/// One Lease's changes, over a watch kept open from one change to the next.
+///
+/// A watch opened anew after every event would start from a resourceVersion
+/// the server may have passed already: kube-apiserver without its watch
+/// cache, like the Lease test server, serves that from etcd's catch-up loop,
+/// every 100 ms. So a release that lands just after a renewal would reach a
+/// standby up to 100 ms late. Kept open, the stream carries the release as
+/// soon as it is written; and a waiting candidate makes one request per
+/// wait, not one per renewal it sees.
+pub(crate) struct LeaseWatch {
+    api: Api<Lease>,
+    name: String,
+    /// The open stream and the resourceVersion of the last event it gave.
+    open: Option<(String, Events)>,
+}
+
+impl LeaseWatch {
+    pub(crate) fn new(api: Api<Lease>, name: &str) -> LeaseWatch {
+        LeaseWatch {
+            api,
+            name: name.to_owned(),
+            open: None,
+        }
+    }
+
+    /// After a 410 Gone (the history after `resource_version` is gone):
+    /// lists the Lease, as client-go's reflector does. If it changed since
+    /// `resource_version`, that is the change; otherwise the watch goes on
+    /// from the list's resourceVersion, which the server still has. (A watch
+    /// from the object's own resourceVersion would be refused again for as
+    /// long as the Lease is not written.)
+    async fn relist(
+        api: &Api<Lease>,
+        name: &str,
+        resource_version: &str,
+    ) -> Option<Result<Change, Events>> {
+        let params = ListParams::default().fields(&format!("metadata.name={name}"));
+        let list = api.list(&params).await.ok()?;
+        let current = list.items.into_iter().next();
+        match &current {
+            Some(lease) if lease.metadata.resource_version.as_deref() == Some(resource_version) => {
+                let from = list.metadata.resource_version?;
+                let stream = api.watch(&params_for(name), &from).await.ok()?;
+                Some(Err(stream.boxed()))
+            }
+            _ => Some(Ok(Change::Seen(current.map(Box::new)))),
+        }
+    }
+
+    /// Waits until the Lease changes after `resource_version` (or is
+    /// deleted), `until` passes, or the watch fails. The changed object
+    /// comes with the event, so the caller need not read it again: one
+    /// request fewer on every hand-over. The stream stays open for the next
+    /// call if that call goes on from the event this one returned.
+    pub(crate) async fn changed(
+        &mut self,
+        resource_version: &str,
+        until: Option<Instant>,
+    ) -> Change {
+        let open = self.open.take();
+        let (api, name) = (&self.api, self.name.as_str());
+        let wait = async {
+            let mut stream = match open {
+                Some((rv, stream)) if rv == resource_version => stream,
+                _ => match api.watch(&params_for(name), resource_version).await {
+                    Ok(stream) => stream.boxed(),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return (Change::Unknown, None);
+                    }
+                },
+            };
+            let mut relisted = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(WatchEvent::Bookmark(_)) => continue,
+                    Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
+                        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+                        return (Change::Seen(Some(Box::new(lease))), Some((rv, stream)));
+                    }
+                    Ok(WatchEvent::Deleted(_)) => return (Change::Seen(None), None),
+                    Ok(WatchEvent::Error(e)) if e.code == 410 && !relisted => {
+                        relisted = true;
+                        match Self::relist(api, name, resource_version).await {
+                            Some(Ok(change)) => return (change, None),
+                            Some(Err(from_list)) => stream = from_list,
+                            None => return (Change::Unknown, None),
+                        }
+                    }
+                    Ok(WatchEvent::Error(_)) | Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return (Change::Unknown, None);
+                    }
                 }
             }
-        }
-        Change::Unknown
-    };
-    match until {
-        Some(until) => tokio::time::timeout_at(until, wait)
-            .await
-            .unwrap_or(Change::Unknown),
-        None => wait.await,
+            (Change::Unknown, None)
+        };
+        let (change, open) = match until {
+            Some(until) => tokio::time::timeout_at(until, wait)
+                .await
+                .unwrap_or((Change::Unknown, None)),
+            None => wait.await,
+        };
+        self.open = open;
+        change
     }
 }

@@ -172,6 +172,95 @@ async fn two_candidates_racing_for_a_free_lease_never_both_win() {
     );
 }
 
+/// A release written right after a renewal reaches a waiting candidate at
+/// once. The renewal is an event the standby sees; had it watched anew from
+/// that event, the release would often land first, before the new watch
+/// existed, and reach it only through etcd's catch-up loop (every 100 ms).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_right_after_a_renewal_reaches_a_waiting_candidate_at_once() {
+    let env = env().await;
+    let (a, b) = (env.backend().await, env.backend().await);
+    let mut took = Vec::new();
+    for round in 0..8 {
+        let key = format!("renew-then-release-{round}");
+        let lease = hold(&a, &key, "a").await;
+        let waiting = tokio::spawn({
+            let (b, wants) = (b.clone(), candidacy(&key, "b"));
+            async move {
+                let granted = b.acquire(&wants, AcquireMode::Wait).await;
+                (granted, Instant::now())
+            }
+        });
+        // b has read the Lease and watches it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let lease = a.renew(&lease).await.expect("renew");
+        let released = Instant::now();
+        a.release(&lease).await.expect("release");
+        let (granted, at) = timeout(TTL, waiting)
+            .await
+            .expect("b was granted within the TTL")
+            .unwrap();
+        let granted = granted.expect("b's acquire");
+        b.release(&granted.granted().expect("b was granted"))
+            .await
+            .unwrap();
+        took.push(at - released);
+    }
+    took.sort();
+    eprintln!("from the release to b's grant, sorted: {took:?}");
+    let median = took[took.len() / 2];
+    assert!(
+        median <= Duration::from_millis(25) && took[took.len() - 1] <= Duration::from_millis(60),
+        "from the release to b's grant, sorted: {took:?}"
+    );
+}
+
+/// A waiting candidate whose watch is answered 410 Gone (etcd compacted
+/// past the Lease's resourceVersion) lists the Lease, as client-go's
+/// reflector does, and watches on from the list's resourceVersion: it waits
+/// quietly, however long the Lease stays unchanged, and is granted at once
+/// on release. Watching again from the Lease's own resourceVersion would be
+/// refused again and again, a request loop until the holder next writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_candidate_answered_410_gone_waits_quietly_and_leads_at_once() {
+    let env = env().await;
+    let (a, b) = (env.backend().await, env.backend().await);
+    let lease = hold(&a, "compacted", "a").await;
+    let waiting = tokio::spawn({
+        let (b, wants) = (b.clone(), candidacy("compacted", "b"));
+        async move {
+            let granted = b.acquire(&wants, AcquireMode::Wait).await;
+            (granted, Instant::now())
+        }
+    });
+    // b has read the Lease and watches it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.server.expire_watches().await.expect("compaction");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // a writes nothing for 600 ms (well within the TTL): b must not either.
+    let before = env.server.served();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let served = env.server.served() - before;
+    let released = Instant::now();
+    a.release(&lease).await.expect("release");
+    let (granted, at) = timeout(TTL, waiting)
+        .await
+        .expect("b was granted within the TTL")
+        .unwrap();
+    let took = at - released;
+    granted.expect("b's acquire");
+    eprintln!("after 410 Gone: {served} served in 600 ms; release to grant {took:?}");
+    assert!(
+        served <= 2,
+        "the waiting candidate made the server serve {served} requests and events in 600 ms \
+         after its watch was answered 410 Gone"
+    );
+    assert!(
+        took <= Duration::from_millis(25),
+        "from the release to b's grant: {took:?}"
+    );
+}
+
 /// client-go#448: expiry is judged by how long this process has seen the
 /// record unchanged, never by renewTime against local wall time. A holder
 /// whose clock is an hour behind is not taken at once; one whose clock is an
