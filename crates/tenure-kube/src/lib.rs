@@ -244,6 +244,17 @@ impl KubeLeaseBackend {
                 match answered(guard, answer) {
                     Ok(written) => return Ok(self.granted(candidacy, written, token, sent_at)),
                     Err(e) => match refused(e) {
+                        Refused::Conflict if watch.follows(&rec.resource_version) => {
+                            // Another write came first; it is the next event on
+                            // the watch we took this state from: no read needed.
+                            let until = Instant::now() + after;
+                            if let observe::Change::Seen(now) =
+                                watch.changed(&rec.resource_version, Some(until)).await
+                            {
+                                delivered = Some(now.map(|lease| *lease));
+                            }
+                            continue;
+                        }
                         Refused::Conflict | Refused::NotFound => continue,
                         Refused::Other(e) => return Err(e),
                     },

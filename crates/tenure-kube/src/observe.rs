@@ -74,6 +74,13 @@ impl LeaseWatch {
         }
     }
 
+    /// Whether a watch is open and its last event was at `resource_version`.
+    pub(crate) fn follows(&self, resource_version: &str) -> bool {
+        self.open
+            .as_ref()
+            .is_some_and(|(rv, _)| rv == resource_version)
+    }
+
     /// After a 410 Gone (the history after `resource_version` is gone):
     /// lists the Lease, as client-go's reflector does. If it changed since
     /// `resource_version`, that is the change; otherwise the watch goes on
