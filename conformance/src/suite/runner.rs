@@ -29,8 +29,9 @@ pub struct Meta {
 pub enum Quiet {
     /// Anything: the case checks behaviour, not counts or latencies.
     Shared,
-    /// No other case of the same backend: the case counts server writes or
-    /// faults the servers themselves.
+    /// No other case of the same backend: the case counts server writes,
+    /// faults the servers themselves, or times hand-overs against the "at
+    /// once" bounds.
     Backend,
     /// No other case at all, of any backend: the case times latencies that
     /// are reported as figures, and on a machine with two cores a fault case
