@@ -6,18 +6,24 @@
 //! [`conformance_tests!`] (one test per case) or [`run_all`]; see the
 //! crate's README.
 
+#[cfg(feature = "harness")]
 pub mod harness;
+#[cfg(feature = "harness")]
 pub mod lease_server;
+#[cfg(feature = "harness")]
 pub mod proxy;
 
 pub mod factory;
+#[cfg(feature = "harness")]
 pub mod link;
 mod macros;
 pub mod memory;
 pub mod process;
 pub mod report;
+#[cfg(feature = "harness")]
 pub mod servers;
 pub mod suite;
+#[cfg(feature = "harness")]
 pub mod taps;
 pub mod trials;
 
@@ -27,10 +33,13 @@ pub use factory::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault,
     ServerFaults, Timing,
 };
+#[cfg(feature = "harness")]
 pub use lease_server::compact_etcd;
+#[cfg(feature = "harness")]
 pub use link::ProxyLink;
 pub use memory::MemoryFactory;
 pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};
+#[cfg(feature = "harness")]
 pub use servers::ClusterServers;
 pub use suite::{run_all, run_one, Case, CASES};
 pub use trials::{run_targets, Target};

@@ -16,8 +16,9 @@ use super::remote::RemoteBackend;
 /// Makes a backend client from a URL.
 pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
 
-/// The schemes this crate knows: `memory:`, `memory+tcp://`, `etcd://`, `zk://` and `kube://`
-/// (see each backend's `connect_url`).
+/// The schemes this crate knows: `memory:`, `memory+tcp://`, and with the
+/// `harness` feature `etcd://`, `zk://` and `kube://` (see each backend's
+/// `connect_url`).
 pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>> {
     Box::pin(async move {
         match url.split(':').next() {
@@ -25,12 +26,15 @@ pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>
             Some("memory+tcp") => {
                 Ok(Arc::new(RemoteBackend::connect_url(&url).await?) as Arc<dyn LeaseBackend>)
             }
+            #[cfg(feature = "harness")]
             Some("etcd") => Ok(Arc::new(tenure_etcd::EtcdBackend::connect_url(&url).await?)
                 as Arc<dyn LeaseBackend>),
+            #[cfg(feature = "harness")]
             Some("zk") => Ok(
                 Arc::new(tenure_zookeeper::ZooKeeperBackend::connect_url(&url).await?)
                     as Arc<dyn LeaseBackend>,
             ),
+            #[cfg(feature = "harness")]
             Some("kube") => Ok(
                 Arc::new(tenure_kube::KubeLeaseBackend::connect_url(&url).await?)
                     as Arc<dyn LeaseBackend>,
