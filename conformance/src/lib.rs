@@ -1,10 +1,4 @@
-//! tenure-conformance: the shared suite every tenure backend must pass, the
-//! container harness that starts real servers, and the fault injection used
-//! by the suite.
-//!
-//! A backend author implements [`BackendFactory`] and calls
-//! [`conformance_tests!`] (one test per case) or [`run_all`]; see the
-//! crate's README.
+#![doc = include_str!("../README.md")]
 
 #[cfg(feature = "harness")]
 pub mod harness;
@@ -42,4 +36,4 @@ pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};
 #[cfg(feature = "harness")]
 pub use servers::ClusterServers;
 pub use suite::{run_all, run_one, Case, CASES};
-pub use trials::{run_targets, Target};
+pub use trials::{async_trial, run_targets, run_targets_with, Target};

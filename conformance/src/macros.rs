@@ -1,4 +1,4 @@
-//! `conformance_tests!`: one `#[tokio::test]` per case.
+//! The list of cases, in one place: the suite's case table is generated from it.
 
 /// The list of cases, handed to `$each` (internal).
 #[doc(hidden)]
@@ -45,57 +45,5 @@ macro_rules! __cases {
             paused_candidate_loses_and_its_write_is_refused,
             killed_candidate_taken_over_within_ttl_plus_1s,
         ] }
-    };
-}
-
-/// Generates the tests (internal).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __case_tests {
-    ($factory:tt [ $($case:ident),* $(,)? ]) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let factory = $crate::__factory!(@group $factory);
-                $crate::suite::run_one(factory, $crate::suite::$case).await;
-            }
-        )*
-    };
-}
-
-/// Evaluates the factory expression, awaiting it if marked `async` (internal).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __factory {
-    (@group ($($factory:tt)*)) => {
-        $crate::__factory!($($factory)*)
-    };
-    (async $factory:expr) => {
-        $factory.await
-    };
-    ($factory:expr) => {
-        $factory
-    };
-}
-
-/// Generates one `#[tokio::test(flavor = "multi_thread")]` per case of the
-/// suite, named after the case, each running it on a factory made by the
-/// expression (evaluated once per test; write `async EXPR` to await it).
-///
-/// The calling crate needs `tokio` with the `macros` and `rt-multi-thread`
-/// features. Each test records its case in `target/conformance/` and panics
-/// if the backend broke a promise.
-///
-/// In `tests/memory.rs` (a whole test file):
-///
-/// ```no_run
-/// tenure_conformance::conformance_tests!(tenure_conformance::MemoryFactory::new());
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! conformance_tests {
-    ($($factory:tt)+) => {
-        use $crate::__case_tests as __tenure_conformance_case_tests;
-        $crate::__cases!(__tenure_conformance_case_tests ($($factory)+));
     };
 }

@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+pub use libtest_mimic::Trial;
+use libtest_mimic::{Arguments, Completion, Failed};
 use tokio::sync::OnceCell;
 
 use crate::factory::BackendFactory;
@@ -143,6 +144,12 @@ impl Target {
 /// deployment is started when its first case runs, and removed when all
 /// are done.
 pub fn run_targets(targets: Vec<Target>) -> ExitCode {
+    run_targets_with(targets, Vec::new())
+}
+
+/// [`run_targets`], with further tests of the binary's own (see
+/// [`async_trial`]) run beside the suite's cases.
+pub fn run_targets_with(targets: Vec<Target>, tests: Vec<Trial>) -> ExitCode {
     let args = Arguments::from_args();
     let runtime = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
@@ -180,10 +187,34 @@ pub fn run_targets(targets: Vec<Target>) -> ExitCode {
             })
         }));
     }
+    trials.extend(tests);
     let conclusion = libtest_mimic::run(&args, trials);
     // The deployments go now (their containers are removed on drop), in
     // the runtime's context for what their clients leave to it.
     let _context = runtime.enter();
     drop(targets);
     conclusion.exit_code()
+}
+
+/// A test of the binary's own for [`run_targets_with`], as
+/// `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` would run
+/// it: on a runtime of its own, failed by a panic.
+pub fn async_trial(name: impl Into<String>, test: fn() -> BoxFuture<'static, ()>) -> Trial {
+    Trial::test(name, move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Failed::from(format!("a tokio runtime for the test: {e}")))?;
+        let ran =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
+        ran.map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "the test panicked".to_owned());
+            Failed::from(why)
+        })
+    })
 }

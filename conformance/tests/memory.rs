@@ -6,17 +6,82 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_conformance::{suite, MemoryFactory, Outcome};
+use tenure_conformance::trials::Trial;
+use tenure_conformance::{async_trial, suite, BackendFactory, MemoryFactory, Outcome, Target};
 use tenure_core::{Capabilities, KeyRule};
 
-tenure_conformance::conformance_tests!(
-    MemoryFactory::new().with_candidate(env!("CARGO_BIN_EXE_tenure-candidate"))
-);
+fn main() -> std::process::ExitCode {
+    let memory = Target::new("", || async {
+        Arc::new(MemoryFactory::new().with_candidate(env!("CARGO_BIN_EXE_tenure-candidate")))
+            as Arc<dyn BackendFactory>
+    })
+    .with_core_cases()
+    // The default memory backend stores every valid key; the strict one
+    // below refuses keys off its rule.
+    .expect_skips(&["key_breaking_backend_rule_is_invalid_argument"]);
+    tenure_conformance::run_targets_with(vec![memory], tests())
+}
+
+/// This binary's own tests, beside the suite's cases: the strict memory
+/// backend, `run_all`, the candidate process, and every mutant.
+fn tests() -> Vec<Trial> {
+    macro_rules! trials {
+        ($($test:ident),* ; mutants: $($mutant:ident),* $(,)?) => {
+            vec![
+                $(async_trial(stringify!($test), || Box::pin($test())),)*
+                $(async_trial(concat!("mutants::", stringify!($mutant)), || Box::pin(mutants::$mutant())),)*
+            ]
+        };
+    }
+    trials!(
+        strict_memory_backend_refuses_every_bad_input,
+        run_all_reports_every_case_in_order,
+        candidate_process_leads_loses_when_frozen_and_dies_by_sigkill,
+        candidate_process_refuses_unknown_backend_url;
+        mutants:
+        stuck_tokens_fail_tokens_strictly_increase_and_let_stale_writes_in,
+        late_deadline_is_an_overlap_in_the_partition_case,
+        unenforced_minimum_ttl_fails_the_input_case,
+        release_by_name_fails_stale_release,
+        renewing_a_lost_lease_fails_renew_after_expiry,
+        watch_without_current_state_fails_watch_starts_with_current_state,
+        polling_wait_fails_the_herd_case,
+        waiters_told_every_change_fail_the_herd_case_on_requests,
+        a_wait_lost_on_compaction_fails_the_compaction_case,
+        orphaned_waiter_fails_dropped_waiting_acquire,
+        unfenced_backend_gets_breaches_recorded_not_failed,
+        deadline_from_the_answer_fails_the_delayed_answers_case,
+        tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped,
+        prefix_elections_fail_nested_keys_are_independent,
+        a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing,
+        a_release_that_returns_early_fails_shutdown_releases_before_returning,
+        a_single_attempt_left_queued_fails_acquire_when_held_reports_holder,
+        a_standby_polling_every_150ms_fails_release_lets_waiting_standby_lead_at_once,
+        a_standby_polling_every_150ms_fails_resign_hands_over_at_once,
+        a_standby_polling_every_150ms_fails_handover_p50_over_repeated_resignations,
+        a_release_that_ignores_a_cancelled_renewal_fails_release_after_cancelled_renew,
+        a_renewal_that_does_not_extend_fails_renew_extends,
+        early_expiry_fails_expiry_after_ttl_not_before_and_is_an_overlap_after_a_crash,
+        a_watch_that_skips_vacancies_fails_watch_reports_changes_in_order_and_vacancy,
+        a_client_that_writes_on_connect_fails_the_input_cases_of_core,
+        an_unenforced_key_rule_fails_key_breaking_backend_rule_is_invalid_argument,
+        an_unenforced_key_limit_fails_key_over_backend_max_len_is_invalid_argument,
+        an_unenforced_ttl_granularity_fails_ttl_off_granularity_is_invalid_argument,
+        a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_than_ttl,
+        a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused,
+        a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_is_paused,
+        leases_lost_with_the_servers_leader_fail_server_node_killed,
+        tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing,
+        stuck_tokens_let_a_resumed_candidate_process_write,
+        a_late_deadline_lets_a_frozen_candidate_process_overlap_its_successor,
+        late_expiry_fails_killed_candidate_taken_over_within_ttl_plus_1s,
+        a_declared_exclusive_gap_does_not_excuse_a_split_brain,
+    )
+}
 
 /// The input cases that need a stricter backend than the default memory
 /// one (a key rule, a TTL minimum and granularity, a short key limit) run
 /// against a memory server that declares and enforces such limits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_memory_backend_refuses_every_bad_input() {
     let mut caps = Capabilities::new(true, true);
     caps.key_rule = KeyRule::Dns1123Subdomain;
@@ -40,7 +105,6 @@ async fn strict_memory_backend_refuses_every_bad_input() {
 
 /// `run_all` runs every case in order, records each, and writes the merged
 /// report with one row per case.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_all_reports_every_case_in_order() {
     let name = "memory-run-all";
     let reports = tenure_conformance::run_all(Arc::new(MemoryFactory::new().named(name))).await;
@@ -67,7 +131,6 @@ mod mutants;
 /// The process driver against a real `tenure-candidate` process (its own
 /// memory server): it leads, a SIGSTOP longer than the TTL costs it the
 /// lease, it says so once resumed, and SIGKILL ends it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_process_leads_loses_when_frozen_and_dies_by_sigkill() {
     use std::os::unix::process::ExitStatusExt;
     use tenure_conformance::process::{CandidateProcess, Command, Message};
@@ -126,7 +189,6 @@ async fn candidate_process_leads_loses_when_frozen_and_dies_by_sigkill() {
 }
 
 /// An unknown URL scheme makes the candidate exit with status 2 before it is ready.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_process_refuses_unknown_backend_url() {
     use tenure_conformance::process::CandidateProcess;
     let program = std::path::Path::new(env!("CARGO_BIN_EXE_tenure-candidate"));

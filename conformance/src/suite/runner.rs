@@ -196,8 +196,9 @@ pub(crate) async fn record(report: &CaseReport) {
     }
 }
 
-/// Runs one case on `factory`, records it, and panics if it failed: the
-/// body of each test that [`conformance_tests!`](crate::conformance_tests) generates.
+/// Runs one case on `factory`, records it, and panics if it failed: for a
+/// single case in a `#[tokio::test]` of your own. A skip passes there (the
+/// report says why); [`run_targets`](crate::run_targets) shows it as ignored.
 pub async fn run_one<F, C, Fut>(factory: F, case: C)
 where
     F: BackendFactory,

@@ -26,8 +26,7 @@ fn failed_on(report: &CaseReport, property: Property) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stuck_tokens_fail_tokens_strictly_increase_and_let_stale_writes_in() {
+pub async fn stuck_tokens_fail_tokens_strictly_increase_and_let_stale_writes_in() {
     failed_on(
         &suite::tokens_strictly_increase(MutantFactory::planted(Bug::TokenStuck)).await,
         Property::Fencing,
@@ -38,8 +37,7 @@ async fn stuck_tokens_fail_tokens_strictly_increase_and_let_stale_writes_in() {
     assert_eq!(crash.figures.stale_writes_accepted, Some(1), "{crash:#?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_deadline_is_an_overlap_in_the_partition_case() {
+pub async fn late_deadline_is_an_overlap_in_the_partition_case() {
     let f = MutantFactory::planted(Bug::DeadlineTooLate);
     failed_on(
         &suite::partitioned_leader_steps_down_before_anyone_else_leads(f).await,
@@ -51,8 +49,7 @@ async fn late_deadline_is_an_overlap_in_the_partition_case() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unenforced_minimum_ttl_fails_the_input_case() {
+pub async fn unenforced_minimum_ttl_fails_the_input_case() {
     let f = MutantFactory::planted(Bug::MinTtlNotEnforced);
     failed_on(
         &suite::ttl_below_backend_minimum_is_invalid_argument(f).await,
@@ -60,8 +57,7 @@ async fn unenforced_minimum_ttl_fails_the_input_case() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_by_name_fails_stale_release() {
+pub async fn release_by_name_fails_stale_release() {
     let f = MutantFactory::planted(Bug::ReleaseByName);
     failed_on(
         &suite::stale_release_leaves_new_holder_in_place(f).await,
@@ -69,8 +65,7 @@ async fn release_by_name_fails_stale_release() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewing_a_lost_lease_fails_renew_after_expiry() {
+pub async fn renewing_a_lost_lease_fails_renew_after_expiry() {
     let f = MutantFactory::planted(Bug::RenewNeverLost);
     failed_on(
         &suite::renew_after_expiry_is_lease_lost(f).await,
@@ -78,8 +73,7 @@ async fn renewing_a_lost_lease_fails_renew_after_expiry() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_without_current_state_fails_watch_starts_with_current_state() {
+pub async fn watch_without_current_state_fails_watch_starts_with_current_state() {
     let f = MutantFactory::planted(Bug::WatchSkipsCurrent);
     failed_on(
         &suite::watch_starts_with_current_state(f).await,
@@ -87,8 +81,7 @@ async fn watch_without_current_state_fails_watch_starts_with_current_state() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn polling_wait_fails_the_herd_case() {
+pub async fn polling_wait_fails_the_herd_case() {
     let f = MutantFactory::planted(Bug::WaitByPolling);
     failed_on(
         &suite::herd_writes_per_leadership_change(f).await,
@@ -96,8 +89,7 @@ async fn polling_wait_fails_the_herd_case() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_told_every_change_fail_the_herd_case_on_requests() {
+pub async fn waiters_told_every_change_fail_the_herd_case_on_requests() {
     let f = MutantFactory::planted(Bug::WaitersToldEveryChange);
     let report = suite::herd_writes_per_leadership_change(f).await;
     failed_on(&report, Property::HerdRequests);
@@ -112,8 +104,7 @@ async fn waiters_told_every_change_fail_the_herd_case_on_requests() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_lost_on_compaction_fails_the_compaction_case() {
+pub async fn a_wait_lost_on_compaction_fails_the_compaction_case() {
     let f = MutantFactory::planted(Bug::WaitLostOnCompaction);
     failed_on(
         &suite::standby_waits_through_history_compaction(f).await,
@@ -121,8 +112,7 @@ async fn a_wait_lost_on_compaction_fails_the_compaction_case() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orphaned_waiter_fails_dropped_waiting_acquire() {
+pub async fn orphaned_waiter_fails_dropped_waiting_acquire() {
     let f = MutantFactory::planted(Bug::WaitLeavesOrphan);
     failed_on(
         &suite::dropped_waiting_acquire_leaves_no_queue_entry(f).await,
@@ -130,8 +120,7 @@ async fn orphaned_waiter_fails_dropped_waiting_acquire() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unfenced_backend_gets_breaches_recorded_not_failed() {
+pub async fn unfenced_backend_gets_breaches_recorded_not_failed() {
     for report in [
         suite::tokens_strictly_increase(MutantFactory::planted(Bug::NoFencing)).await,
         suite::crashed_leader_taken_over_after_ttl(MutantFactory::planted(Bug::NoFencing)).await,
@@ -152,8 +141,7 @@ async fn unfenced_backend_gets_breaches_recorded_not_failed() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deadline_from_the_answer_fails_the_delayed_answers_case() {
+pub async fn deadline_from_the_answer_fails_the_delayed_answers_case() {
     let f = MutantFactory::planted(Bug::DeadlineFromAnswer);
     failed_on(
         &suite::deadline_counts_from_send_under_delayed_answers(f).await,
@@ -161,8 +149,7 @@ async fn deadline_from_the_answer_fails_the_delayed_answers_case() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped() {
+pub async fn tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped() {
     let f = MutantFactory::planted(Bug::TokensResetOnWipe);
     failed_on(
         &suite::token_increases_after_state_wiped(f).await,
@@ -170,8 +157,7 @@ async fn tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prefix_elections_fail_nested_keys_are_independent() {
+pub async fn prefix_elections_fail_nested_keys_are_independent() {
     let f = MutantFactory::planted(Bug::NestedKeysShared);
     failed_on(
         &suite::nested_keys_are_independent(f).await,
@@ -179,8 +165,7 @@ async fn prefix_elections_fail_nested_keys_are_independent() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing() {
+pub async fn a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing() {
     let f = MutantFactory::planted(Bug::GrantLostInFlight);
     failed_on(
         &suite::dropped_acquire_leaves_nothing(f).await,
@@ -188,8 +173,7 @@ async fn a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_that_returns_early_fails_shutdown_releases_before_returning() {
+pub async fn a_release_that_returns_early_fails_shutdown_releases_before_returning() {
     let f = MutantFactory::planted(Bug::ReleaseFireAndForget);
     failed_on(
         &suite::shutdown_releases_before_returning(f).await,
@@ -197,8 +181,7 @@ async fn a_release_that_returns_early_fails_shutdown_releases_before_returning()
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_single_attempt_left_queued_fails_acquire_when_held_reports_holder() {
+pub async fn a_single_attempt_left_queued_fails_acquire_when_held_reports_holder() {
     let f = MutantFactory::planted(Bug::OnceJoinsQueue);
     failed_on(
         &suite::acquire_when_held_reports_holder(f).await,
@@ -206,8 +189,7 @@ async fn a_single_attempt_left_queued_fails_acquire_when_held_reports_holder() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_polling_every_150ms_fails_release_lets_waiting_standby_lead_at_once() {
+pub async fn a_standby_polling_every_150ms_fails_release_lets_waiting_standby_lead_at_once() {
     let f = MutantFactory::planted(Bug::PollsEvery150ms);
     failed_on(
         &suite::release_lets_waiting_standby_lead_at_once(f).await,
@@ -215,14 +197,12 @@ async fn a_standby_polling_every_150ms_fails_release_lets_waiting_standby_lead_a
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_polling_every_150ms_fails_resign_hands_over_at_once() {
+pub async fn a_standby_polling_every_150ms_fails_resign_hands_over_at_once() {
     let f = MutantFactory::planted(Bug::PollsEvery150ms);
     failed_on(&suite::resign_hands_over_at_once(f).await, Property::Timing);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_polling_every_150ms_fails_handover_p50_over_repeated_resignations() {
+pub async fn a_standby_polling_every_150ms_fails_handover_p50_over_repeated_resignations() {
     let f = MutantFactory::planted(Bug::PollsEvery150ms);
     failed_on(
         &suite::handover_p50_over_repeated_resignations(f).await,
@@ -230,8 +210,7 @@ async fn a_standby_polling_every_150ms_fails_handover_p50_over_repeated_resignat
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_that_ignores_a_cancelled_renewal_fails_release_after_cancelled_renew() {
+pub async fn a_release_that_ignores_a_cancelled_renewal_fails_release_after_cancelled_renew() {
     let f = MutantFactory::planted(Bug::CancelledRenewKeepsKey);
     failed_on(
         &suite::release_after_cancelled_renew_frees_at_once(f).await,
@@ -239,14 +218,12 @@ async fn a_release_that_ignores_a_cancelled_renewal_fails_release_after_cancelle
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_that_does_not_extend_fails_renew_extends() {
+pub async fn a_renewal_that_does_not_extend_fails_renew_extends() {
     let f = MutantFactory::planted(Bug::RenewDoesNotExtend);
     failed_on(&suite::renew_extends(f).await, Property::Contract);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn early_expiry_fails_expiry_after_ttl_not_before_and_is_an_overlap_after_a_crash() {
+pub async fn early_expiry_fails_expiry_after_ttl_not_before_and_is_an_overlap_after_a_crash() {
     let f = MutantFactory::planted(Bug::EarlyExpiry);
     failed_on(
         &suite::expiry_after_ttl_not_before(f).await,
@@ -259,8 +236,7 @@ async fn early_expiry_fails_expiry_after_ttl_not_before_and_is_an_overlap_after_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_that_skips_vacancies_fails_watch_reports_changes_in_order_and_vacancy() {
+pub async fn a_watch_that_skips_vacancies_fails_watch_reports_changes_in_order_and_vacancy() {
     let f = MutantFactory::planted(Bug::WatchSkipsVacancy);
     failed_on(
         &suite::watch_reports_changes_in_order_and_vacancy(f).await,
@@ -268,8 +244,7 @@ async fn a_watch_that_skips_vacancies_fails_watch_reports_changes_in_order_and_v
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_writes_on_connect_fails_the_input_cases_of_core() {
+pub async fn a_client_that_writes_on_connect_fails_the_input_cases_of_core() {
     let f = || MutantFactory::planted(Bug::WritesOnConnect);
     for report in [
         suite::empty_key_is_invalid_argument(f()).await,
@@ -281,8 +256,7 @@ async fn a_client_that_writes_on_connect_fails_the_input_cases_of_core() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unenforced_key_rule_fails_key_breaking_backend_rule_is_invalid_argument() {
+pub async fn an_unenforced_key_rule_fails_key_breaking_backend_rule_is_invalid_argument() {
     let f = MutantFactory::planted(Bug::KeyRuleNotEnforced);
     failed_on(
         &suite::key_breaking_backend_rule_is_invalid_argument(f).await,
@@ -290,8 +264,7 @@ async fn an_unenforced_key_rule_fails_key_breaking_backend_rule_is_invalid_argum
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unenforced_key_limit_fails_key_over_backend_max_len_is_invalid_argument() {
+pub async fn an_unenforced_key_limit_fails_key_over_backend_max_len_is_invalid_argument() {
     let f = MutantFactory::planted(Bug::MaxKeyLenNotEnforced);
     failed_on(
         &suite::key_over_backend_max_len_is_invalid_argument(f).await,
@@ -299,8 +272,7 @@ async fn an_unenforced_key_limit_fails_key_over_backend_max_len_is_invalid_argum
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unenforced_ttl_granularity_fails_ttl_off_granularity_is_invalid_argument() {
+pub async fn an_unenforced_ttl_granularity_fails_ttl_off_granularity_is_invalid_argument() {
     let f = MutantFactory::planted(Bug::TtlGranularityNotEnforced);
     failed_on(
         &suite::ttl_off_granularity_is_invalid_argument(f).await,
@@ -308,8 +280,7 @@ async fn an_unenforced_ttl_granularity_fails_ttl_off_granularity_is_invalid_argu
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_than_ttl() {
+pub async fn a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_than_ttl() {
     let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
     failed_on(
         &suite::servers_paused_longer_than_ttl_leader_steps_down(f).await,
@@ -317,8 +288,7 @@ async fn a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_than_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused() {
+pub async fn a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused() {
     let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
     failed_on(
         &suite::holders_server_node_paused_longer_than_ttl(f).await,
@@ -326,8 +296,7 @@ async fn a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_is_paused() {
+pub async fn a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_is_paused() {
     let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
     failed_on(
         &suite::servers_leader_paused_longer_than_ttl(f).await,
@@ -335,8 +304,7 @@ async fn a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_lost_with_the_servers_leader_fail_server_node_killed() {
+pub async fn leases_lost_with_the_servers_leader_fail_server_node_killed() {
     let f = MutantFactory::planted(Bug::LeasesLostOnFailover);
     failed_on(
         &suite::server_node_killed_leader_survives_or_fails_over(f).await,
@@ -344,8 +312,7 @@ async fn leases_lost_with_the_servers_leader_fail_server_node_killed() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing() {
+pub async fn tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing() {
     let f = MutantFactory::planted(Bug::TokensResetOnRestart);
     failed_on(
         &suite::cluster_restart_tokens_keep_increasing(f).await,
@@ -353,8 +320,7 @@ async fn tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing()
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stuck_tokens_let_a_resumed_candidate_process_write() {
+pub async fn stuck_tokens_let_a_resumed_candidate_process_write() {
     let f = MutantFactory::planted(Bug::TokenStuck);
     failed_on(
         &suite::paused_candidate_loses_and_its_write_is_refused(f).await,
@@ -362,8 +328,7 @@ async fn stuck_tokens_let_a_resumed_candidate_process_write() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_deadline_lets_a_frozen_candidate_process_overlap_its_successor() {
+pub async fn a_late_deadline_lets_a_frozen_candidate_process_overlap_its_successor() {
     let f = MutantFactory::planted(Bug::DeadlineTooLate);
     failed_on(
         &suite::paused_candidate_loses_and_its_write_is_refused(f).await,
@@ -371,8 +336,7 @@ async fn a_late_deadline_lets_a_frozen_candidate_process_overlap_its_successor()
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_expiry_fails_killed_candidate_taken_over_within_ttl_plus_1s() {
+pub async fn late_expiry_fails_killed_candidate_taken_over_within_ttl_plus_1s() {
     let f = MutantFactory::planted(Bug::ExpiryLate);
     failed_on(
         &suite::killed_candidate_taken_over_within_ttl_plus_1s(f).await,
@@ -380,8 +344,7 @@ async fn late_expiry_fails_killed_candidate_taken_over_within_ttl_plus_1s() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_declared_exclusive_gap_does_not_excuse_a_split_brain() {
+pub async fn a_declared_exclusive_gap_does_not_excuse_a_split_brain() {
     let f = MutantFactory::new(Bug::DeadlineTooLate).with_gaps(vec![Gap {
         property: Property::Exclusive,
         why: "the mutant says split brains are fine",
