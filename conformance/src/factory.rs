@@ -113,8 +113,8 @@ impl Timing {
 ///
 /// Only `nodes`, `pause` and `unpause` are required; the other faults
 /// default to [`Error::Unsupported`], and the cases that need them are then
-/// skipped. [`ClusterServers`](crate::ClusterServers) implements every one
-/// for a harness [`Cluster`](crate::harness::Cluster).
+/// skipped. With the `harness` feature, `ClusterServers` implements every
+/// one for a harness `Cluster`.
 #[async_trait]
 pub trait ServerFaults: Send + Sync + 'static {
     /// How many nodes the deployment has.

@@ -35,14 +35,14 @@ pub const WARMUP_TIME: Duration = Duration::from_secs(10);
 pub const SETTLE: Duration = Duration::from_millis(10);
 
 /// Two candidates hand the lease back and forth [`WARMUP`] times untimed
-/// (or for [`WARMUP_TIME`], if that ends first), then [`HANDOVERS`] times
+/// (or for `WARMUP_TIME`, 10 s, if that ends first), then [`HANDOVERS`] times
 /// timed, by resigning; each timed hand-over is measured from the resign
 /// call to the standby's grant. The report's hand-over figure is the median;
 /// the note has p90 and the maximum. The median must be within
 /// [`Timing::at_once`](crate::Timing::at_once) and every hand-over within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 ///
-/// Each leader resigns [`SETTLE`] after its standby queued (or one round trip,
+/// Each leader resigns `SETTLE` (10 ms) after its standby queued (or one round trip,
 /// if shorter): a standby in production has waited long before a hand-over,
 /// and its set-up after queueing (a ZooKeeper candidate's look and watches,
 /// a few round trips) is no part of the hand-over. The hand-over right after
