@@ -15,7 +15,8 @@ mod types;
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
 pub use elector::{
-    heartbeat_runtime, Elector, ElectorBuilder, Leadership, LossReason, RenewOn, Term, DEFAULT_TTL,
+    default_identity, heartbeat_runtime, Elector, ElectorBuilder, ElectorState, Leadership,
+    LossReason, RenewOn, Term, DEFAULT_TTL,
 };
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;

@@ -240,6 +240,7 @@ async fn bad_input_is_rejected_by_field_and_writes_nothing() {
         field(
             Elector::builder(Arc::new(server.clone()))
                 .key("ok")
+                .identity("")
                 .build()
                 .map(drop)
         ),

@@ -1,17 +1,20 @@
 //! The Elector: campaign, hold, renew, step down, observe.
 
+mod identity;
 mod observe;
 mod renewal;
 mod runtime;
 mod term;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::{oneshot, watch};
 
+pub use identity::default_identity;
 pub use runtime::{heartbeat_runtime, RenewOn};
 pub use term::{Leadership, LossReason, Term};
 use term::{Status, TermShared};
@@ -19,8 +22,26 @@ use term::{Status, TermShared};
 use crate::backoff::Backoff;
 use crate::{
     default_drift_margin, AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Error,
-    LeaderEvent, Lease, LeaseBackend, Result,
+    FencingToken, LeaderEvent, LeaderInfo, Lease, LeaseBackend, Result,
 };
+
+/// What an [`Elector`] is doing, as [`Elector::state`] tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectorState {
+    /// Not leading: campaigning, between terms, or not started.
+    Follower,
+    /// Leading a term, with its fencing token (`None` where the backend
+    /// cannot fence). It turns back to `Follower` the moment the term ends
+    /// (resigned, revoked, or its local deadline passed), before any
+    /// release is sent.
+    Leader {
+        /// The term's fencing token.
+        token: Option<FencingToken>,
+    },
+    /// [`shutdown`](Elector::shutdown) has returned: every term is over and
+    /// released, and nothing campaigns any more.
+    Stopped,
+}
 
 /// The default TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -57,7 +78,8 @@ impl ElectorBuilder {
         self.key = Some(key.into());
         self
     }
-    /// This candidate's identity (required); unique per process.
+    /// This candidate's identity, unique among the candidates of the key;
+    /// default [`default_identity`] (`POD_NAME`, else host name and pid).
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
         self.identity = Some(identity.into());
         self
@@ -100,10 +122,10 @@ impl ElectorBuilder {
             self.key
                 .ok_or_else(|| Error::invalid("key", "is required"))?,
         )?;
-        let identity = CandidateId::new(
-            self.identity
-                .ok_or_else(|| Error::invalid("identity", "is required"))?,
-        )?;
+        let identity = match self.identity {
+            Some(identity) => CandidateId::new(identity)?,
+            None => identity::default_identity()?,
+        };
         let ttl = self.ttl;
         if ttl.is_zero() {
             return Err(Error::invalid("ttl", "must be greater than zero"));
@@ -151,6 +173,8 @@ impl ElectorBuilder {
                 }),
                 shutdown,
                 active: Arc::new(watch::Sender::new(0)),
+                state: Arc::new(watch::Sender::new(ElectorState::Follower)),
+                terms: Arc::new(AtomicU64::new(0)),
             }),
         })
     }
@@ -164,6 +188,10 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     /// Campaigns under way and renewers still running (they release).
     active: Arc<watch::Sender<usize>>,
+    /// What the elector is doing ([`Elector::state`]).
+    state: Arc<watch::Sender<ElectorState>>,
+    /// Terms begun so far: the number of the one `state` shows as leading.
+    terms: Arc<AtomicU64>,
 }
 
 /// Resolves once the shutdown flag is set; never if the elector is dropped
@@ -372,6 +400,31 @@ impl Elector {
                 tracing::warn!(key = %self.inner.candidacy.key(), %error, "closing the backend failed");
             }
         }
+        self.inner.state.send_replace(ElectorState::Stopped);
+    }
+
+    /// What the elector is doing, without polling: `Follower`, `Leader`
+    /// with the term's token, or `Stopped`; `changed().await` on the
+    /// receiver waits for the next change. A leader's work should still
+    /// check [`Term::is_valid`] right before each action: a state change
+    /// is seen when it is delivered, the deadline is exact.
+    pub fn state(&self) -> watch::Receiver<ElectorState> {
+        self.inner.state.subscribe()
+    }
+
+    /// Who leads the key now, as the backend sees it: one look (a watch's
+    /// first event), `None` while it is vacant.
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let mut events = self.inner.backend.watch(self.inner.candidacy.key()).await?;
+        match events.next().await {
+            Some(Ok(LeaderEvent::Elected(info))) => Ok(Some(info)),
+            Some(Ok(LeaderEvent::Vacant)) => Ok(None),
+            Some(Err(error)) => Err(error),
+            None => Err(Error::Unavailable {
+                backend: self.inner.backend.name(),
+                source: "the watch ended before its first event".into(),
+            }),
+        }
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.
@@ -401,6 +454,20 @@ impl Elector {
                 ended: None,
                 settled: false,
             }),
+            cancel: tokio_util::sync::CancellationToken::new(),
+        });
+        // The term's number and the state change together, under the
+        // state's lock, so the end of an older term never hides a newer one.
+        let mut term_no = None;
+        self.inner.state.send_if_modified(|state| {
+            if *state == ElectorState::Stopped {
+                return false;
+            }
+            term_no = Some(self.inner.terms.fetch_add(1, Ordering::SeqCst) + 1);
+            *state = ElectorState::Leader {
+                token: shared.token,
+            };
+            true
         });
         tracing::info!(
             key = %lease.key(),
@@ -419,8 +486,29 @@ impl Elector {
             self.inner.shutdown.subscribe(),
         );
         let settled = shared.clone();
+        let (term, state, terms) = (
+            Term {
+                shared: shared.clone(),
+            },
+            self.inner.state.clone(),
+            self.inner.terms.clone(),
+        );
+        let ended = async move {
+            term.lost().await;
+            term.shared.cancel.cancel();
+            if let Some(no) = term_no {
+                state.send_if_modified(|s| {
+                    let ours = matches!(s, ElectorState::Leader { .. })
+                        && terms.load(Ordering::SeqCst) == no;
+                    if ours {
+                        *s = ElectorState::Follower;
+                    }
+                    ours
+                });
+            }
+        };
         settings.renew_on.spawn(async move {
-            renewer.await;
+            tokio::join!(renewer, ended);
             settled.status.send_modify(|s| s.settled = true);
             drop(active);
         });

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::{CandidateId, ElectionKey, FencingToken, Result};
 
@@ -45,19 +46,23 @@ pub(crate) struct TermShared {
     pub identity: CandidateId,
     pub token: Option<FencingToken>,
     pub status: watch::Sender<Status>,
+    /// Cancelled when the term ends ([`Term::cancellation_token`]).
+    pub cancel: CancellationToken,
 }
 
 impl TermShared {
     /// Ends the term (first reason wins). Called before any release is sent,
     /// so nobody here believes it leads once anyone else could.
     pub fn end(&self, reason: LossReason) -> bool {
-        self.status.send_if_modified(|s| {
+        let first = self.status.send_if_modified(|s| {
             let first = s.ended.is_none();
             if first {
                 s.ended = Some(reason);
             }
             first
-        })
+        });
+        self.cancel.cancel();
+        first
     }
 }
 
@@ -96,6 +101,15 @@ impl Term {
     pub fn is_valid(&self) -> bool {
         let s = *self.shared.status.borrow();
         s.ended.is_none() && Instant::now() < s.valid_until
+    }
+
+    /// A token cancelled when the term ends, for any reason (at the latest
+    /// at its deadline), before any release is sent: hand it to the tasks
+    /// the leader's work starts, so they stop with the term. `run` cancels
+    /// the work itself. Cancelling the returned token (a child) stops only
+    /// its own holders, never the term.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.shared.cancel.child_token()
     }
 
     /// Why the term ended, if it has.
