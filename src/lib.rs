@@ -14,3 +14,6 @@ pub use tenure_zookeeper as zookeeper;
 /// The Kubernetes Lease backend (feature `kube`).
 #[cfg(feature = "kube")]
 pub use tenure_kube as kube;
+
+mod connect;
+pub use connect::connect;

@@ -1,0 +1,136 @@
+//! One entry point for every backend: a client from a URL.
+
+use std::sync::Arc;
+
+use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
+
+/// A backend client from a URL, by scheme:
+///
+/// - `memory://`: an in-process memory server of its own (tests, demos:
+///   only the candidates of this one client share it);
+/// - `etcd://host:port[,host:port...][/key/prefix/]` (feature `etcd`);
+/// - `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N&tick_time_ms=N]`
+///   (feature `zookeeper`);
+/// - `kube://[/path/to/kubeconfig][?namespace=ns&context=name]` (feature
+///   `kube`; the default kubeconfig, else the in-cluster service account).
+///
+/// Each backend's `connect_url` documents its parameters. A URL whose
+/// scheme is unknown, or whose backend's cargo feature is off, is an
+/// [`Error::InvalidArgument`] naming `url` (and the feature), before any
+/// connection is tried.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let backend = tenure::connect("memory://").await?;
+/// let elector = tenure::Elector::builder(backend).key("billing").build()?;
+/// # let _ = elector; Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+    match scheme(url)? {
+        "memory" => Ok(Arc::new(MemoryBackend::new())),
+        "etcd" => etcd(url).await,
+        "zk" => zookeeper(url).await,
+        "kube" => kube(url).await,
+        other => Err(Error::invalid(
+            "url",
+            format!(
+                "{url:?}: unknown scheme {other:?}; expected memory://, etcd://, zk:// or kube://"
+            ),
+        )),
+    }
+}
+
+/// The scheme of `url`: what comes before `://`.
+fn scheme(url: &str) -> Result<&str> {
+    match url.split_once("://") {
+        Some((scheme, _)) if !scheme.is_empty() => Ok(scheme),
+        _ => Err(Error::invalid(
+            "url",
+            format!("{url:?} has no scheme; expected memory://, etcd://, zk:// or kube://"),
+        )),
+    }
+}
+
+/// The error for a URL whose backend was not compiled in.
+#[allow(dead_code)] // unused when every backend feature is on
+fn feature_off(url: &str, feature: &str) -> Error {
+    Error::invalid(
+        "url",
+        format!("{url:?} needs tenure's cargo feature `{feature}`, which is off"),
+    )
+}
+
+async fn etcd(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+    #[cfg(feature = "etcd")]
+    return Ok(Arc::new(tenure_etcd::EtcdBackend::connect_url(url).await?));
+    #[cfg(not(feature = "etcd"))]
+    return Err(feature_off(url, "etcd"));
+}
+
+async fn zookeeper(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+    #[cfg(feature = "zookeeper")]
+    return Ok(Arc::new(
+        tenure_zookeeper::ZooKeeperBackend::connect_url(url).await?,
+    ));
+    #[cfg(not(feature = "zookeeper"))]
+    return Err(feature_off(url, "zookeeper"));
+}
+
+async fn kube(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+    #[cfg(feature = "kube")]
+    return Ok(Arc::new(
+        tenure_kube::KubeLeaseBackend::connect_url(url).await?,
+    ));
+    #[cfg(not(feature = "kube"))]
+    return Err(feature_off(url, "kube"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_and_message(error: Error) -> (&'static str, String) {
+        let message = error.to_string();
+        match error {
+            Error::InvalidArgument { field, .. } => (field, message),
+            other => panic!("expected InvalidArgument, got {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_urls_connect() {
+        let backend = connect("memory://").await.unwrap();
+        assert_eq!(backend.name(), "memory");
+    }
+
+    #[tokio::test]
+    async fn unknown_or_missing_schemes_name_the_url() {
+        for url in ["redis2://h:1", "localhost:2379", "://x", ""] {
+            let (field, message) = field_and_message(connect(url).await.err().unwrap());
+            assert_eq!(field, "url", "{url}");
+            assert!(message.contains("expected memory://"), "{url}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_backend_compiled_out_is_named_by_its_feature() {
+        let (field, message) = field_and_message(feature_off("zk://h:1", "zookeeper"));
+        assert_eq!(field, "url");
+        assert!(message.contains("`zookeeper`"), "{message}");
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[tokio::test]
+    async fn an_etcd_url_without_the_etcd_feature_names_it() {
+        let (_, message) = field_and_message(connect("etcd://h:2379").await.err().unwrap());
+        assert!(message.contains("`etcd`"), "{message}");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[tokio::test]
+    async fn an_etcd_url_reaches_the_etcd_backend_and_its_checks() {
+        // A malformed etcd URL is refused by the etcd backend, before any connection.
+        let (field, _) = field_and_message(connect("etcd://").await.err().unwrap());
+        assert_eq!(field, "url");
+    }
+}
