@@ -15,7 +15,7 @@ mod types;
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
 pub use elector::{
-    default_identity, heartbeat_runtime, Elector, ElectorBuilder, ElectorState, Leadership,
+    default_identity, heartbeat_runtime, Elector, ElectorBuilder, ElectorState, Health, Leadership,
     LossReason, RenewOn, Term, DEFAULT_TTL,
 };
 pub use error::{BoxError, Error, Result};

@@ -1,5 +1,6 @@
 //! The Elector: campaign, hold, renew, step down, observe.
 
+mod health;
 mod identity;
 mod observe;
 mod renewal;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::{oneshot, watch};
 
+pub use health::Health;
+use health::Reporter;
 pub use identity::default_identity;
 pub use runtime::{heartbeat_runtime, RenewOn};
 pub use term::{Leadership, LossReason, Term};
@@ -162,6 +165,7 @@ impl ElectorBuilder {
         Ok(Elector {
             inner: Arc::new(Inner {
                 backend: self.backend,
+                reporter: Arc::new(Reporter::new(&candidacy)),
                 candidacy,
                 settings: Arc::new(Settings {
                     ttl,
@@ -184,6 +188,8 @@ impl ElectorBuilder {
 struct Inner {
     backend: Arc<dyn LeaseBackend>,
     candidacy: Candidacy,
+    /// Health and metrics ([`Elector::health`]).
+    reporter: Arc<Reporter>,
     settings: Arc<Settings>,
     shutdown: watch::Sender<bool>,
     /// Campaigns under way and renewers still running (they release).
@@ -299,9 +305,13 @@ impl Elector {
                     tracing::debug!(key = %self.inner.candidacy.key(), holder = %holder.identity, "waiting acquire returned while held; retrying");
                 }
                 Err(error) if error.is_retryable() => {
+                    self.inner.reporter.error("acquire", &error);
                     tracing::warn!(key = %self.inner.candidacy.key(), identity = %self.inner.candidacy.identity(), %error, "campaign attempt failed; retrying");
                 }
-                Err(error) => return Err(error),
+                Err(error) => {
+                    self.inner.reporter.error("acquire", &error);
+                    return Err(error);
+                }
             }
             tokio::time::sleep(backoff.next_delay()).await;
         }
@@ -427,6 +437,13 @@ impl Elector {
         }
     }
 
+    /// The last backend error and its age, the time since the last
+    /// successful renewal, and the last loss; the same figures go to the
+    /// [`metrics`] facade (see [`Health`]).
+    pub fn health(&self) -> Health {
+        self.inner.reporter.health()
+    }
+
     /// Whether [`shutdown`](Self::shutdown) was called.
     pub fn is_shut_down(&self) -> bool {
         *self.inner.shutdown.borrow()
@@ -477,35 +494,49 @@ impl Elector {
         );
         let (step_down, step_down_rx) = oneshot::channel();
         let active = Active::new(&self.inner.active);
-        let renewer = renewal::renew_until_lost(
-            self.inner.backend.clone(),
-            lease,
-            settings.clone(),
-            shared.clone(),
-            step_down_rx,
-            self.inner.shutdown.subscribe(),
+        self.inner.reporter.term_began(lease.sent_at());
+        let span = tracing::info_span!(
+            "tenure.term",
+            key = %lease.key(),
+            identity = %lease.holder(),
+            token = lease.token().map(|t| t.get()),
+        );
+        let renewer = tracing::Instrument::instrument(
+            renewal::renew_until_lost(
+                self.inner.backend.clone(),
+                lease,
+                settings.clone(),
+                shared.clone(),
+                step_down_rx,
+                self.inner.shutdown.subscribe(),
+                self.inner.reporter.clone(),
+            ),
+            span,
         );
         let settled = shared.clone();
-        let (term, state, terms) = (
+        let (term, state, terms, reporter) = (
             Term {
                 shared: shared.clone(),
             },
             self.inner.state.clone(),
             self.inner.terms.clone(),
+            self.inner.reporter.clone(),
         );
         let ended = async move {
-            term.lost().await;
+            let reason = term.lost().await;
             term.shared.cancel.cancel();
+            let mut current = false;
             if let Some(no) = term_no {
                 state.send_if_modified(|s| {
-                    let ours = matches!(s, ElectorState::Leader { .. })
+                    current = matches!(s, ElectorState::Leader { .. })
                         && terms.load(Ordering::SeqCst) == no;
-                    if ours {
+                    if current {
                         *s = ElectorState::Follower;
                     }
-                    ours
+                    current
                 });
             }
+            reporter.term_ended(reason, current);
         };
         settings.renew_on.spawn(async move {
             tokio::join!(renewer, ended);

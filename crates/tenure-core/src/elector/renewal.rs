@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
+use super::health::Reporter;
 use super::term::{LossReason, StepDown, TermShared};
 use super::Settings;
 use crate::backoff::{jittered, Backoff};
@@ -21,6 +22,7 @@ pub(crate) async fn renew_until_lost(
     term: Arc<TermShared>,
     mut step_down: oneshot::Receiver<StepDown>,
     mut shutdown: watch::Receiver<bool>,
+    reporter: Arc<Reporter>,
 ) {
     let key = lease.key().as_str().to_owned();
     let identity = lease.holder().as_str().to_owned();
@@ -31,7 +33,9 @@ pub(crate) async fn renew_until_lost(
         let deadline = lease.valid_until();
         let attempt = async {
             sleep_until(next).await;
-            backend.renew(&lease).await
+            let started = Instant::now();
+            let renewed = backend.renew(&lease).await;
+            (renewed, started.elapsed())
         };
         tokio::select! {
             biased;
@@ -43,7 +47,10 @@ pub(crate) async fn renew_until_lost(
                 let result = release(&*backend, &lease, &settings).await;
                 match &result {
                     Ok(()) => tracing::info!(key, identity, token, "resigned"),
-                    Err(error) => tracing::warn!(key, identity, token, %error, "resigned; release failed, the lease will expire"),
+                    Err(error) => {
+                        reporter.error("release", error);
+                        tracing::warn!(key, identity, token, %error, "resigned; release failed, the lease will expire");
+                    }
                 }
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
@@ -54,20 +61,29 @@ pub(crate) async fn renew_until_lost(
                 term.end(LossReason::Resigned);
                 match release(&*backend, &lease, &settings).await {
                     Ok(()) => tracing::info!(key, identity, token, "resigned at shutdown"),
-                    Err(error) => tracing::warn!(key, identity, token, %error, "resigned at shutdown; release failed, the lease will expire"),
+                    Err(error) => {
+                        reporter.error("release", &error);
+                        tracing::warn!(key, identity, token, %error, "resigned at shutdown; release failed, the lease will expire");
+                    }
                 }
                 return;
             }
             _ = sleep_until(deadline) => {
                 if term.end(LossReason::Expired) {
+                    // A renewal still in flight, never answered, counts too.
+                    reporter.error("renew", &crate::Error::Timeout {
+                        operation: "renew",
+                        after: deadline.saturating_duration_since(lease.sent_at()),
+                    });
                     tracing::info!(key, identity, token, "leadership lost: no renewal succeeded before the local deadline");
                 }
                 // Free the key in case a late renewal did reach the backend.
                 let _ = release(&*backend, &lease, &settings).await;
                 return;
             }
-            renewed = attempt => match renewed {
+            (renewed, took) = attempt => match renewed {
                 Ok(renewed) => {
+                    reporter.renewal(took, Ok(renewed.sent_at()));
                     lease = renewed;
                     retry.reset();
                     term.status.send_modify(|s| s.valid_until = s.valid_until.max(lease.valid_until()));
@@ -75,12 +91,14 @@ pub(crate) async fn renew_until_lost(
                     next = next_renewal(&lease, &settings);
                 }
                 Err(error) if error.is_lease_lost() => {
+                    reporter.renewal(took, Err(&error));
                     if term.end(LossReason::Revoked) {
                         tracing::info!(key, identity, token, %error, "leadership lost");
                     }
                     return;
                 }
                 Err(error) => {
+                    reporter.renewal(took, Err(&error));
                     let delay = retry.next_delay();
                     tracing::warn!(key, identity, token, %error, retry_in = ?delay, "renewal failed");
                     next = Instant::now() + delay;
