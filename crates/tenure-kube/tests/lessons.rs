@@ -172,6 +172,21 @@ async fn two_candidates_racing_for_a_free_lease_never_both_win() {
     );
 }
 
+/// `b` waiting for `key` in the background, once it has read the Lease and
+/// watches it; the task ends with b's answer and when it came.
+async fn waits(
+    b: &std::sync::Arc<tenure_kube::KubeLeaseBackend>,
+    key: &str,
+) -> tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)> {
+    let (b, wants) = (b.clone(), candidacy(key, "b"));
+    let waiting = tokio::spawn(async move {
+        let granted = b.acquire(&wants, AcquireMode::Wait).await;
+        (granted, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiting
+}
+
 /// A release written right after a renewal reaches a waiting candidate at
 /// once. The renewal is an event the standby sees; had it watched anew from
 /// that event, the release would often land first, before the new watch
@@ -184,15 +199,7 @@ async fn a_release_right_after_a_renewal_reaches_a_waiting_candidate_at_once() {
     for round in 0..8 {
         let key = format!("renew-then-release-{round}");
         let lease = hold(&a, &key, "a").await;
-        let waiting = tokio::spawn({
-            let (b, wants) = (b.clone(), candidacy(&key, "b"));
-            async move {
-                let granted = b.acquire(&wants, AcquireMode::Wait).await;
-                (granted, Instant::now())
-            }
-        });
-        // b has read the Lease and watches it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let waiting = waits(&b, &key).await;
         let lease = a.renew(&lease).await.expect("renew");
         let released = Instant::now();
         a.release(&lease).await.expect("release");
@@ -226,15 +233,7 @@ async fn a_waiting_candidate_answered_410_gone_waits_quietly_and_leads_at_once()
     let env = env().await;
     let (a, b) = (env.backend().await, env.backend().await);
     let lease = hold(&a, "compacted", "a").await;
-    let waiting = tokio::spawn({
-        let (b, wants) = (b.clone(), candidacy("compacted", "b"));
-        async move {
-            let granted = b.acquire(&wants, AcquireMode::Wait).await;
-            (granted, Instant::now())
-        }
-    });
-    // b has read the Lease and watches it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = waits(&b, "compacted").await;
     env.server.expire_watches().await.expect("compaction");
     tokio::time::sleep(Duration::from_millis(100)).await;
     // a writes nothing for 600 ms (well within the TTL): b must not either.
