@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{elector, settle};
-use tenure_core::{Elector, ElectorState, FencingToken, MemoryBackend};
+use futures::stream::BoxStream;
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Elector, ElectorState,
+    FencingToken, LeaderEvent, Lease, LeaseBackend, MemoryBackend, Result,
+};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -165,4 +169,69 @@ fn the_identity_defaults_to_pod_name_else_host_and_pid() {
     std::env::set_var("POD_NAME", "   ");
     assert_eq!(build().candidacy().identity().as_str(), identity);
     std::env::remove_var("POD_NAME");
+}
+
+/// A memory client that notes the elector's state whenever a release is
+/// about to be sent.
+#[derive(Debug)]
+struct StateAtRelease {
+    inner: MemoryBackend,
+    state: std::sync::Mutex<Option<tokio::sync::watch::Receiver<ElectorState>>>,
+    seen: std::sync::Mutex<Vec<ElectorState>>,
+}
+
+#[async_trait::async_trait]
+impl LeaseBackend for StateAtRelease {
+    fn name(&self) -> &'static str {
+        "state-at-release"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        self.inner.acquire(candidacy, mode).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        if let Some(state) = &*self.state.lock().unwrap() {
+            self.seen.lock().unwrap().push(*state.borrow());
+        }
+        self.inner.release(lease).await
+    }
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        self.inner.watch(key).await
+    }
+}
+
+/// The state says Follower before a release is sent: whoever gates work
+/// on it never acts while another candidate may be granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_is_follower_before_any_release_is_sent() {
+    let backend = Arc::new(StateAtRelease {
+        inner: MemoryBackend::new(),
+        state: Default::default(),
+        seen: Default::default(),
+    });
+    let a = Elector::builder(backend.clone())
+        .key("billing")
+        .identity("a")
+        .ttl(TTL)
+        .build()
+        .unwrap();
+    *backend.state.lock().unwrap() = Some(a.state());
+    for _ in 0..20 {
+        a.campaign().await.unwrap().resign().await.unwrap();
+    }
+    let dropped = a.campaign().await.unwrap();
+    drop(dropped);
+    let _held = a.campaign().await.unwrap();
+    a.shutdown().await;
+    let seen = backend.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 22, "{seen:?}");
+    assert!(
+        seen.iter().all(|s| *s == ElectorState::Follower),
+        "the state at each release: {seen:?}"
+    );
 }

@@ -20,7 +20,7 @@ use health::Reporter;
 pub use identity::default_identity;
 pub use runtime::{heartbeat_runtime, RenewOn};
 pub use term::{Leadership, LossReason, Term};
-use term::{Status, TermShared};
+use term::{Standing, Status, TermShared};
 
 use crate::backoff::Backoff;
 use crate::{
@@ -462,6 +462,21 @@ impl Elector {
             let _ = renewal::release(&*self.inner.backend, &lease, settings).await;
             return None;
         }
+        // The term's number and the state change together, under the
+        // state's lock, so the end of an older term never hides a newer one.
+        // The term shows as a follower again when it ends (TermShared::end),
+        // before any release is sent, or at its deadline.
+        let mut term_no = None;
+        self.inner.state.send_if_modified(|state| {
+            if *state == ElectorState::Stopped {
+                return false;
+            }
+            term_no = Some(self.inner.terms.fetch_add(1, Ordering::SeqCst) + 1);
+            *state = ElectorState::Leader {
+                token: lease.token(),
+            };
+            true
+        });
         let shared = Arc::new(TermShared {
             key: lease.key().clone(),
             identity: lease.holder().clone(),
@@ -472,19 +487,11 @@ impl Elector {
                 settled: false,
             }),
             cancel: tokio_util::sync::CancellationToken::new(),
-        });
-        // The term's number and the state change together, under the
-        // state's lock, so the end of an older term never hides a newer one.
-        let mut term_no = None;
-        self.inner.state.send_if_modified(|state| {
-            if *state == ElectorState::Stopped {
-                return false;
-            }
-            term_no = Some(self.inner.terms.fetch_add(1, Ordering::SeqCst) + 1);
-            *state = ElectorState::Leader {
-                token: shared.token,
-            };
-            true
+            standing: term_no.map(|no| Standing {
+                state: self.inner.state.clone(),
+                terms: self.inner.terms.clone(),
+                no,
+            }),
         });
         tracing::info!(
             key = %lease.key(),
@@ -514,28 +521,23 @@ impl Elector {
             span,
         );
         let settled = shared.clone();
-        let (term, state, terms, reporter) = (
+        let (term, reporter) = (
             Term {
                 shared: shared.clone(),
             },
-            self.inner.state.clone(),
-            self.inner.terms.clone(),
             self.inner.reporter.clone(),
         );
+        // At the deadline the term is over even before the renewer says so.
         let ended = async move {
             let reason = term.lost().await;
             term.shared.cancel.cancel();
-            let mut current = false;
-            if let Some(no) = term_no {
-                state.send_if_modified(|s| {
-                    current = matches!(s, ElectorState::Leader { .. })
-                        && terms.load(Ordering::SeqCst) == no;
-                    if current {
-                        *s = ElectorState::Follower;
-                    }
-                    current
-                });
-            }
+            let current = match &term.shared.standing {
+                Some(standing) => {
+                    standing.leave();
+                    standing.current()
+                }
+                None => false,
+            };
             reporter.term_ended(reason, current);
         };
         settings.renew_on.spawn(async move {

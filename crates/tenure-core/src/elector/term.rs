@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::ElectorState;
 use crate::{CandidateId, ElectionKey, FencingToken, Result};
 
 /// Why a leadership term ended.
@@ -48,6 +50,34 @@ pub(crate) struct TermShared {
     pub status: watch::Sender<Status>,
     /// Cancelled when the term ends ([`Term::cancellation_token`]).
     pub cancel: CancellationToken,
+    /// The elector's state, which shows this term as leading until it ends.
+    pub standing: Option<Standing>,
+}
+
+/// A term's place in its elector's [`ElectorState`].
+pub(crate) struct Standing {
+    pub state: Arc<watch::Sender<ElectorState>>,
+    /// Terms the elector has begun; this one is number `no`.
+    pub terms: Arc<AtomicU64>,
+    pub no: u64,
+}
+
+impl Standing {
+    /// Whether no newer term of the elector has begun.
+    pub fn current(&self) -> bool {
+        self.terms.load(Ordering::SeqCst) == self.no
+    }
+
+    /// Shows the elector as a follower, unless a newer term leads.
+    pub fn leave(&self) {
+        self.state.send_if_modified(|s| {
+            let ours = matches!(s, ElectorState::Leader { .. }) && self.current();
+            if ours {
+                *s = ElectorState::Follower;
+            }
+            ours
+        });
+    }
 }
 
 impl TermShared {
@@ -62,6 +92,9 @@ impl TermShared {
             first
         });
         self.cancel.cancel();
+        if let Some(standing) = &self.standing {
+            standing.leave();
+        }
         first
     }
 }
