@@ -148,22 +148,10 @@ impl EtcdBackend {
     }
 
     /// Connects from a URL: `etcd://host:port[,host:port...][/key/prefix/]`.
-    /// The path, if any, is the key prefix.
+    /// The path, if any, is the key prefix, a directory: `/tenure` and
+    /// `/tenure/` both put the election `billing` under `tenure/billing/`.
     pub async fn connect_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| Error::invalid("url", format!("{url:?} does not start with etcd://")))?;
-        let (hosts, prefix) = match rest.split_once('/') {
-            Some((hosts, path)) => (hosts, path),
-            None => (rest, ""),
-        };
-        let endpoints: Vec<&str> = hosts.split(',').filter(|h| !h.is_empty()).collect();
-        if endpoints.is_empty() {
-            return Err(Error::invalid(
-                "url",
-                format!("{url:?} names no etcd endpoint"),
-            ));
-        }
+        let (endpoints, prefix) = parse_url(url)?;
         Self::connect(&endpoints, EtcdOptions::default().with_key_prefix(prefix)).await
     }
 
@@ -408,4 +396,61 @@ impl Drop for RevokeOnDrop {
             });
         }
     }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::parse_url;
+
+    #[test]
+    fn a_url_path_is_a_prefix_directory() {
+        let (endpoints, prefix) = parse_url("etcd://a:2379,b:2379/tenure").unwrap();
+        assert_eq!(endpoints, ["a:2379", "b:2379"]);
+        assert_eq!(prefix, "tenure/");
+        assert_eq!(parse_url("etcd://a:2379/tenure/").unwrap().1, "tenure/");
+        assert_eq!(parse_url("etcd://a:2379/x/y").unwrap().1, "x/y/");
+        assert_eq!(parse_url("etcd://a:2379/").unwrap().1, "");
+        assert_eq!(parse_url("etcd://a:2379").unwrap().1, "");
+    }
+
+    #[test]
+    fn a_bad_url_names_url() {
+        for url in ["http://a:2379", "etcd://", "etcd:///tenure", "etcd://,/"] {
+            match parse_url(url) {
+                Err(tenure_core::Error::InvalidArgument { field, .. }) => {
+                    assert_eq!(field, "url", "{url}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// The endpoints and the key prefix of an `etcd://` URL; the prefix, if
+/// any, ends with `/`.
+fn parse_url(url: &str) -> Result<(Vec<String>, String)> {
+    let rest = url
+        .strip_prefix("etcd://")
+        .ok_or_else(|| Error::invalid("url", format!("{url:?} does not start with etcd://")))?;
+    let (hosts, path) = match rest.split_once('/') {
+        Some((hosts, path)) => (hosts, path),
+        None => (rest, ""),
+    };
+    let endpoints: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if endpoints.is_empty() {
+        return Err(Error::invalid(
+            "url",
+            format!("{url:?} names no etcd endpoint"),
+        ));
+    }
+    let prefix = match path {
+        "" => String::new(),
+        p if p.ends_with('/') => p.to_owned(),
+        p => format!("{p}/"),
+    };
+    Ok((endpoints, prefix))
 }
