@@ -398,34 +398,6 @@ impl Drop for RevokeOnDrop {
     }
 }
 
-#[cfg(test)]
-mod url_tests {
-    use super::parse_url;
-
-    #[test]
-    fn a_url_path_is_a_prefix_directory() {
-        let (endpoints, prefix) = parse_url("etcd://a:2379,b:2379/tenure").unwrap();
-        assert_eq!(endpoints, ["a:2379", "b:2379"]);
-        assert_eq!(prefix, "tenure/");
-        assert_eq!(parse_url("etcd://a:2379/tenure/").unwrap().1, "tenure/");
-        assert_eq!(parse_url("etcd://a:2379/x/y").unwrap().1, "x/y/");
-        assert_eq!(parse_url("etcd://a:2379/").unwrap().1, "");
-        assert_eq!(parse_url("etcd://a:2379").unwrap().1, "");
-    }
-
-    #[test]
-    fn a_bad_url_names_url() {
-        for url in ["http://a:2379", "etcd://", "etcd:///tenure", "etcd://,/"] {
-            match parse_url(url) {
-                Err(tenure_core::Error::InvalidArgument { field, .. }) => {
-                    assert_eq!(field, "url", "{url}")
-                }
-                other => panic!("{url}: {other:?}"),
-            }
-        }
-    }
-}
-
 /// The endpoints and the key prefix of an `etcd://` URL; the prefix, if
 /// any, ends with `/`.
 fn parse_url(url: &str) -> Result<(Vec<String>, String)> {
@@ -453,4 +425,32 @@ fn parse_url(url: &str) -> Result<(Vec<String>, String)> {
         p => format!("{p}/"),
     };
     Ok((endpoints, prefix))
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::parse_url;
+
+    #[test]
+    fn a_url_path_is_a_prefix_directory() {
+        let (endpoints, prefix) = parse_url("etcd://a:2379,b:2379/tenure").unwrap();
+        assert_eq!(endpoints, ["a:2379", "b:2379"]);
+        assert_eq!(prefix, "tenure/");
+        assert_eq!(parse_url("etcd://a:2379/tenure/").unwrap().1, "tenure/");
+        assert_eq!(parse_url("etcd://a:2379/x/y").unwrap().1, "x/y/");
+        assert_eq!(parse_url("etcd://a:2379/").unwrap().1, "");
+        assert_eq!(parse_url("etcd://a:2379").unwrap().1, "");
+    }
+
+    #[test]
+    fn a_bad_url_names_url() {
+        for url in ["http://a:2379", "etcd://", "etcd:///tenure", "etcd://,/"] {
+            match parse_url(url) {
+                Err(tenure_core::Error::InvalidArgument { field, .. }) => {
+                    assert_eq!(field, "url", "{url}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
 }
