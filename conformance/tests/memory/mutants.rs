@@ -296,12 +296,21 @@ pub async fn a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_pau
     );
 }
 
+/// The overlap needs a's lease to run out on the servers during the pause:
+/// that depends on where a's last answered renewal falls before the pause,
+/// and in about 1 run in 20 here it did not (a kept a valid lease, so the
+/// bug had nothing to show). Up to three runs, the first that fails counts.
 pub async fn a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_is_paused() {
-    let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
-    failed_on(
-        &suite::servers_leader_paused_longer_than_ttl(f).await,
-        Property::Exclusive,
-    );
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
+        let report = suite::servers_leader_paused_longer_than_ttl(f).await;
+        if matches!(report.outcome, Outcome::Fail(_)) {
+            return failed_on(&report, Property::Exclusive);
+        }
+        reports.push(report);
+    }
+    panic!("the planted bug went unnoticed in 3 runs: {reports:#?}");
 }
 
 pub async fn leases_lost_with_the_servers_leader_fail_server_node_killed() {
