@@ -83,6 +83,11 @@ pub struct Timing {
     /// How long to let requests land when the factory cannot
     /// [count waiters](BackendFactory::waiting).
     pub settle: Duration,
+    /// The servers run inside the test process (the memory backend): a
+    /// timing case then needs no other case of this process to run beside
+    /// it, but other test processes cannot skew it, so it does not wait for
+    /// them (the machine lock across processes is for servers of their own).
+    pub in_process: bool,
 }
 
 impl Timing {
@@ -104,6 +109,7 @@ impl Timing {
             at_once: Duration::from_millis(25),
             at_once_max: Duration::from_millis(100),
             settle: Duration::from_millis(500),
+            in_process: false,
         }
     }
 }

@@ -78,6 +78,7 @@ impl MemoryFactory {
         timing.ttl = Duration::from_nanos((ttl.as_nanos().div_ceil(g) * g) as u64);
         timing.round_trip = Duration::from_millis(200);
         timing.settle = Duration::from_millis(50);
+        timing.in_process = true;
         MemoryFactory {
             server: MemoryBackend::with_capabilities(capabilities),
             timing,

@@ -21,14 +21,14 @@ fn millis(d: Duration) -> f64 {
 /// `resign` hands leadership to a campaigning standby at once, and the
 /// resigned term is over before the release is sent. Two candidates hand
 /// over once untimed, then [`Cx::AT_ONCE_SAMPLES`] times, each timed from
-/// the resign call to the standby's grant, with the backend to themselves: the median is within
+/// the resign call to the standby's grant, with the machine to themselves: the median is within
 /// [`Timing::at_once`](crate::Timing::at_once), each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "resign_hands_over_at_once",
         contract: "3, 8",
-        quiet: Quiet::Backend,
+        quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);

@@ -108,6 +108,8 @@ pub const CORE_ONLY: &[&str] = &[
 pub const TIMED_ALONE: &[&str] = &[
     "herd_writes_per_leadership_change",
     "handover_p50_over_repeated_resignations",
+    "resign_hands_over_at_once",
+    "release_lets_waiting_standby_lead_at_once",
 ];
 
 const fn listed(list: &[&str], name: &str) -> bool {

@@ -45,7 +45,7 @@ async fn granted(
 
 /// Releasing hands the key to a waiting candidate at once: after one untimed
 /// hand-over, over [`Cx::AT_ONCE_SAMPLES`] hand-overs between two candidates,
-/// each timed from the release call to the standby's grant with the backend
+/// each timed from the release call to the standby's grant with the machine
 /// to the case, the median is within
 /// [`Timing::at_once`](crate::Timing::at_once) and each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
@@ -55,7 +55,7 @@ pub async fn release_lets_waiting_standby_lead_at_once(
     let meta = Meta {
         name: "release_lets_waiting_standby_lead_at_once",
         contract: "3, 8",
-        quiet: Quiet::Backend,
+        quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
         let clients = [cx.client().await?, cx.client().await?];

@@ -29,9 +29,8 @@ pub struct Meta {
 pub enum Quiet {
     /// Anything: the case checks behaviour, not counts or latencies.
     Shared,
-    /// No other case of the same backend: the case counts server writes,
-    /// faults the servers themselves, or times hand-overs against the "at
-    /// once" bounds.
+    /// No other case of the same backend: the case counts server writes or
+    /// faults the servers themselves.
     Backend,
     /// No other case at all, of any backend: the case times latencies that
     /// are reported as figures, and on a machine with two cores a fault case
@@ -83,9 +82,10 @@ where
         Quiet::Machine => (None, Some(machine_lock().write().await)),
         _ => (Some(machine_lock().read().await), None),
     };
-    // Then across processes: other test binaries may run side by side.
-    let _machine_across =
-        super::machine_lock::MachineLock::take(meta.quiet == Quiet::Machine).await;
+    // Then across processes: other test binaries may run side by side. An
+    // in-process server's timing is not theirs to skew.
+    let alone_across = meta.quiet == Quiet::Machine && !factory.timing().in_process;
+    let _machine_across = super::machine_lock::MachineLock::take(alone_across).await;
     let lock = quiet_lock(factory.name());
     let (_shared, _alone) = match meta.quiet {
         Quiet::Backend => (None, Some(lock.write_owned().await)),
