@@ -130,7 +130,8 @@ mod tests {
     #[tokio::test]
     async fn an_etcd_url_reaches_the_etcd_backend_and_its_checks() {
         // A malformed etcd URL is refused by the etcd backend, before any connection.
-        let (field, _) = field_and_message(connect("etcd://").await.err().unwrap());
+        let (field, message) = field_and_message(connect("etcd://").await.err().unwrap());
         assert_eq!(field, "url");
+        assert!(message.contains("names no etcd endpoint"), "{message}");
     }
 }
