@@ -1,0 +1,172 @@
+//! The leader's command: started in a process group of its own, killed with
+//! tenure (Linux), signalled as a group.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::ExitStatus;
+
+use crate::failure::Failure;
+
+/// A started command. Its process group (the command and whatever it starts
+/// without leaving the group) is what gets signalled.
+pub struct Child {
+    process: tokio::process::Child,
+    /// The process group: the command's pid.
+    group: libc::pid_t,
+}
+
+impl Child {
+    /// Starts `command` (program and arguments) in tenure's own environment
+    /// with `env` set (`Some`) or removed (`None`), in a new process group. On Linux the command gets
+    /// SIGKILL when tenure dies, even by SIGKILL.
+    ///
+    /// Call it from the runtime's main thread (the `main` future, not a
+    /// spawned task): Linux sends the parent-death signal when the *thread*
+    /// that started the child ends, and only the main thread lives as long
+    /// as tenure does.
+    pub fn spawn(command: &[OsString], env: &[(&str, Option<String>)]) -> Result<Child, Failure> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| Failure::new("no command to run"))?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args);
+        for (name, value) in env {
+            match value {
+                Some(value) => cmd.env(name, value),
+                None => cmd.env_remove(name),
+            };
+        }
+        cmd.process_group(0).kill_on_drop(true);
+        die_with_parent(&mut cmd);
+        let process = cmd.spawn().map_err(|error| {
+            let program = program.to_string_lossy();
+            match error.kind() {
+                io::ErrorKind::NotFound => {
+                    Failure::with_code(127, format!("cannot start {program:?}: not found"))
+                }
+                io::ErrorKind::PermissionDenied => {
+                    Failure::with_code(126, format!("cannot start {program:?}: permission denied"))
+                }
+                _ => Failure::with_code(126, format!("cannot start {program:?}: {error}")),
+            }
+        })?;
+        let group = process
+            .id()
+            .and_then(|pid| libc::pid_t::try_from(pid).ok())
+            .ok_or_else(|| Failure::new("the command exited before its pid was known"))?;
+        Ok(Child { process, group })
+    }
+
+    /// The command's pid (and process group id).
+    pub fn pid(&self) -> libc::pid_t {
+        self.group
+    }
+
+    /// Sends `signal` to the command's process group. A group that is gone
+    /// already is no error.
+    pub fn signal_group(&self, signal: libc::c_int) {
+        // SAFETY: kill has no memory-safety preconditions.
+        let result = unsafe { libc::kill(-self.group, signal) };
+        if result != 0 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::ESRCH) {
+                tracing::warn!(group = self.group, signal, %error, "cannot signal the command");
+            }
+        }
+    }
+
+    /// Waits for the command to exit.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.process.wait().await
+    }
+}
+
+/// The exit status tenure passes on for a command's: its code, or 128 + the
+/// signal that killed it (as shells report it).
+pub fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.saturating_add(signal as u8),
+        (None, None) => 1,
+    }
+}
+
+/// Makes the command get SIGKILL when tenure dies, and closes the race where
+/// tenure died before that was set up.
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let setup = move || {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid are async-signal-safe
+        // system calls that touch no memory of ours.
+        unsafe {
+            let sigkill = libc::SIGKILL as libc::c_ulong;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sigkill, 0 as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // tenure may have died between fork and prctl: then nobody
+            // would send the signal, so do not start at all.
+            if libc::getppid() != parent {
+                return Err(io::Error::other("tenure exited before the command started"));
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the closure only makes async-signal-safe system calls and
+    // allocates nothing on success.
+    unsafe {
+        cmd.pre_exec(setup);
+    }
+}
+
+/// Elsewhere the command outlives a tenure that is killed with SIGKILL.
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut tokio::process::Command) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn exit_codes_pass_through_and_signals_become_128_plus() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGTERM)), 143);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_command_gets_the_environment_and_its_own_group() {
+        // Field 5 of /proc/<pid>/stat is the process group.
+        let script = "test \"$TENURE_KEY\" = k && test -z \"${HOME+set}\" && test \"$(cut -d' ' -f5 /proc/$$/stat)\" = $$";
+        let mut child = Child::spawn(
+            &["sh".into(), "-c".into(), script.into()],
+            &[("TENURE_KEY", Some("k".to_owned())), ("HOME", None)],
+        )
+        .unwrap();
+        assert!(child.pid() > 0);
+        assert!(child.wait().await.unwrap().success());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_missing_program_is_127() {
+        let failure = Child::spawn(&["/no/such/program".into()], &[])
+            .err()
+            .unwrap();
+        assert_eq!(failure.code, 127);
+        assert!(failure.message.contains("/no/such/program"), "{failure}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn signalling_the_group_reaches_the_command() {
+        let mut child = Child::spawn(&["sleep".into(), "30".into()], &[]).unwrap();
+        child.signal_group(libc::SIGTERM);
+        let status = child.wait().await.unwrap();
+        assert_eq!(exit_code(status), 143);
+        // Gone now: no error, no panic.
+        child.signal_group(libc::SIGKILL);
+    }
+}

@@ -1,0 +1,80 @@
+//! Reaching the backend: a client from the URL, an elector on the key, and a
+//! first look at the key, all bounded by `--connect-timeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::{Elector, Error, LeaderInfo, LeaseBackend, DEFAULT_TTL};
+use tokio::time::{sleep_until, timeout_at, Instant};
+
+use crate::args::Election;
+use crate::failure::{chain, Failure};
+
+/// Pause between two looks at an unreachable backend.
+const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// A client for `--backend`. A bad or unknown URL fails at once; a client
+/// that cannot connect within `--connect-timeout` fails then.
+pub async fn backend(election: &Election) -> Result<Arc<dyn LeaseBackend>, Failure> {
+    let url = &election.backend;
+    let limit = election.connect_timeout;
+    match tokio::time::timeout(limit, tenure::connect(url)).await {
+        Ok(Ok(backend)) => Ok(backend),
+        // Bad URLs name `url` (and the cargo feature, for a backend left out).
+        Ok(Err(error @ Error::InvalidArgument { .. })) => Err(error.into()),
+        Ok(Err(error)) => Err(Failure::new(format!(
+            "cannot connect to {url}: {}",
+            chain(&error)
+        ))),
+        Err(_) => Err(Failure::new(format!(
+            "cannot connect to {url}: no connection within {} (--connect-timeout)",
+            humantime::format_duration(limit)
+        ))),
+    }
+}
+
+/// An elector that only looks (status, watch): the key is checked against
+/// the backend's rules, and the TTL is one the backend accepts.
+pub fn observer(backend: Arc<dyn LeaseBackend>, key: &str) -> Result<Elector, Failure> {
+    let caps = backend.capabilities();
+    let mut ttl = DEFAULT_TTL.max(caps.min_ttl);
+    if let Some(max) = caps.max_ttl {
+        ttl = ttl.min(max);
+    }
+    Ok(Elector::builder(backend).key(key).ttl(ttl).build()?)
+}
+
+/// Who leads the key, as the backend says: retried while the backend is
+/// unavailable, until `--connect-timeout` has passed since `started`.
+pub async fn first_look(
+    elector: &Elector,
+    election: &Election,
+    started: Instant,
+) -> Result<Option<LeaderInfo>, Failure> {
+    let url = &election.backend;
+    let deadline = started + election.connect_timeout;
+    let mut last_error = None;
+    loop {
+        match timeout_at(deadline, elector.leader()).await {
+            Ok(Ok(leader)) => return Ok(leader),
+            Ok(Err(error)) if error.is_retryable() => {
+                tracing::debug!(%url, error = %chain(&error), "backend not reachable yet");
+                last_error = Some(error);
+            }
+            Ok(Err(error)) => {
+                return Err(Failure::new(format!("{url}: {}", chain(&error))));
+            }
+            Err(_) => break,
+        }
+        let next = Instant::now() + RETRY_EVERY;
+        if next >= deadline {
+            break;
+        }
+        sleep_until(next).await;
+    }
+    let why = last_error.map_or_else(|| "no answer".to_owned(), |e| chain(&e));
+    Err(Failure::new(format!(
+        "cannot reach {url} within {} (--connect-timeout): {why}",
+        humantime::format_duration(election.connect_timeout)
+    )))
+}

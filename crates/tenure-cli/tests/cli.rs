@@ -1,0 +1,645 @@
+//! The `tenure` binary end to end: bad input, the memory backend, and a real
+//! etcd in a container (one for the whole file, started by the first case
+//! that needs it). Cases run one at a time unless `--test-threads` says
+//! otherwise: they time hand-overs in milliseconds.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use libtest_mimic::{Arguments, Trial};
+use serde_json::Value;
+use support::{etcd, finish, lines, now_ns, process_gone, scratch, tenure, wait_until};
+use support::{Background, Outcome};
+
+/// The TTL of the etcd cases: etcd's smallest.
+const TTL: &str = "1s";
+/// Bound on how long a command-line error may take.
+const QUICK: Duration = Duration::from_secs(10);
+
+fn main() {
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(1);
+    }
+    let trials = vec![
+        Trial::test(
+            "help_shows_backends_and_examples",
+            help_shows_backends_and_examples,
+        ),
+        Trial::test(
+            "a_url_without_a_scheme_is_refused_naming_the_url",
+            a_url_without_a_scheme_is_refused_naming_the_url,
+        ),
+        Trial::test(
+            "an_unknown_scheme_is_refused_naming_it",
+            an_unknown_scheme_is_refused_naming_it,
+        ),
+        Trial::test(
+            "run_without_a_command_is_refused",
+            run_without_a_command_is_refused,
+        ),
+        Trial::test(
+            "an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address",
+            an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address,
+        ),
+        Trial::test(
+            "a_command_that_is_not_found_exits_127",
+            a_command_that_is_not_found_exits_127,
+        ),
+        Trial::test(
+            "status_of_a_vacant_key_exits_1",
+            status_of_a_vacant_key_exits_1,
+        ),
+        Trial::test(
+            "watch_prints_the_current_state_and_stops_on_sigterm",
+            watch_prints_the_current_state_and_stops_on_sigterm,
+        ),
+        Trial::test(
+            "run_passes_key_identity_and_token_and_the_exit_status",
+            run_passes_key_identity_and_token_and_the_exit_status,
+        ),
+        Trial::test(
+            "sigterm_is_passed_on_and_tenure_exits_with_the_commands_status",
+            sigterm_is_passed_on_and_tenure_exits_with_the_commands_status,
+        ),
+        Trial::test(
+            "etcd_a_ttl_below_the_minimum_is_refused_naming_ttl",
+            etcd_a_ttl_below_the_minimum_is_refused_naming_ttl,
+        ),
+        Trial::test(
+            "etcd_two_runs_never_overlap_and_tokens_increase",
+            etcd_two_runs_never_overlap_and_tokens_increase,
+        ),
+        Trial::test(
+            "etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl",
+            etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl,
+        ),
+        Trial::test(
+            "etcd_sigterm_hands_over_within_100ms",
+            etcd_sigterm_hands_over_within_100ms,
+        ),
+        Trial::test(
+            "etcd_status_and_watch_follow_a_led_key",
+            etcd_status_and_watch_follow_a_led_key,
+        ),
+    ];
+    let conclusion = libtest_mimic::run(&args, trials);
+    etcd::stop();
+    conclusion.exit();
+}
+
+/// Writes `<identity> <token> <pid> <start ns>` to $OUT, then sleeps as the same process.
+const SLEEPER: &str =
+    r#"echo "$TENURE_IDENTITY $TENURE_FENCING_TOKEN $$ $(date +%s%N)" >> "$OUT"; exec sleep 600"#;
+
+/// One line of [`SLEEPER`]'s.
+#[derive(Debug)]
+struct Started {
+    identity: String,
+    token: u64,
+    pid: libc::pid_t,
+    at_ns: i128,
+}
+
+fn started(out: &Path) -> Vec<Started> {
+    lines(out)
+        .iter()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            Some(Started {
+                identity: f.next()?.to_owned(),
+                token: f.next()?.parse().ok()?,
+                pid: f.next()?.parse().ok()?,
+                at_ns: f.next()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Waits for the command of the candidate `identity` to start.
+fn started_by(out: &Path, identity: &str, limit: Duration) -> Result<Started, support::Failed> {
+    wait_until(&format!("{identity}'s command to start"), limit, || {
+        started(out).into_iter().find(|s| s.identity == identity)
+    })
+}
+
+/// `tenure run` on the shared etcd, `SLEEPER` as the command.
+fn sleeper(
+    etcd: &etcd::Etcd,
+    key: &str,
+    identity: &str,
+    dir: &Path,
+) -> Result<Background, support::Failed> {
+    let mut command = tenure([
+        "run",
+        "-v",
+        "--backend",
+        &etcd.url(),
+        "--key",
+        key,
+        "--identity",
+        identity,
+        "--ttl",
+        TTL,
+        "--",
+        "sh",
+        "-c",
+        SLEEPER,
+    ]);
+    command.env("OUT", dir.join("started"));
+    Background::start(identity, command, dir)
+}
+
+fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+// ---- bad input ----
+
+fn help_shows_backends_and_examples() -> Outcome {
+    let help = finish(tenure(["--help"]), QUICK)?;
+    ensure!(help.code() == Some(0), "{help:?}");
+    for needle in [
+        "Examples:",
+        "etcd://",
+        "zk://",
+        "kube://",
+        "tenure run",
+        "tenure status",
+        "tenure watch",
+    ] {
+        ensure!(
+            help.stdout.contains(needle),
+            "--help lacks {needle:?}:\n{}",
+            help.stdout
+        );
+    }
+    let help = finish(tenure(["run", "--help"]), QUICK)?;
+    for needle in [
+        "TENURE_FENCING_TOKEN",
+        "SIGKILL",
+        "Exit status",
+        "--respawn",
+        "--ttl",
+    ] {
+        ensure!(
+            help.stdout.contains(needle),
+            "run --help lacks {needle:?}:\n{}",
+            help.stdout
+        );
+    }
+    Ok(())
+}
+
+fn a_url_without_a_scheme_is_refused_naming_the_url() -> Outcome {
+    let out = finish(
+        tenure(["status", "--backend", "127.0.0.1:2379", "--key", "k"]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(2), "{out:?}");
+    ensure!(
+        out.stderr.contains("invalid url") && out.stderr.contains("127.0.0.1:2379"),
+        "{}",
+        out.stderr
+    );
+    let out = finish(
+        tenure(["run", "-b", "etcd://", "-k", "k", "--", "true"]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(2), "{out:?}");
+    ensure!(
+        out.stderr.contains("invalid url") && out.stderr.contains("no etcd endpoint"),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
+fn an_unknown_scheme_is_refused_naming_it() -> Outcome {
+    let out = finish(
+        tenure(["run", "-b", "consul://h:8500", "-k", "k", "--", "true"]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(2), "{out:?}");
+    ensure!(
+        out.stderr.contains("unknown scheme \"consul\""),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
+fn run_without_a_command_is_refused() -> Outcome {
+    for args in [
+        &["run", "-b", "memory://", "-k", "k"][..],
+        &["run", "-b", "memory://", "-k", "k", "--"][..],
+    ] {
+        let out = finish(tenure(args), QUICK)?;
+        ensure!(out.code() == Some(2), "{args:?}: {out:?}");
+        ensure!(out.stderr.contains("COMMAND"), "{args:?}: {}", out.stderr);
+    }
+    Ok(())
+}
+
+fn an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address() -> Outcome {
+    let address = format!("127.0.0.1:{}", closed_port());
+    let url = format!("etcd://{address}");
+    for args in [
+        vec![
+            "run",
+            "-b",
+            &url,
+            "-k",
+            "k",
+            "--connect-timeout",
+            "1s",
+            "--",
+            "true",
+        ],
+        vec!["status", "-b", &url, "-k", "k", "--connect-timeout", "1s"],
+        vec!["watch", "-b", &url, "-k", "k", "--connect-timeout", "1s"],
+    ] {
+        let out = finish(tenure(&args), Duration::from_secs(10))?;
+        ensure!(out.code() == Some(2), "{args:?}: {out:?}");
+        ensure!(out.stderr.contains(&address), "{args:?}: {}", out.stderr);
+        ensure!(
+            out.took < Duration::from_secs(4),
+            "{args:?} took {:?}",
+            out.took
+        );
+    }
+    Ok(())
+}
+
+fn a_command_that_is_not_found_exits_127() -> Outcome {
+    let out = finish(
+        tenure([
+            "run",
+            "-b",
+            "memory://",
+            "-k",
+            "k",
+            "--",
+            "/no/such/program",
+        ]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(127), "{out:?}");
+    ensure!(out.stderr.contains("/no/such/program"), "{}", out.stderr);
+    Ok(())
+}
+
+// ---- memory:// (one process) ----
+
+fn status_of_a_vacant_key_exits_1() -> Outcome {
+    let out = finish(
+        tenure(["status", "-b", "memory://", "-k", "billing"]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(1), "{out:?}");
+    ensure!(out.stdout.contains("vacant"), "{}", out.stdout);
+    let out = finish(
+        tenure(["status", "-b", "memory://", "-k", "billing", "--json"]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(1), "{out:?}");
+    let value: Value =
+        serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stdout))?;
+    ensure!(
+        value["leader"].is_null() && value["key"] == "billing",
+        "{value}"
+    );
+    Ok(())
+}
+
+fn watch_prints_the_current_state_and_stops_on_sigterm() -> Outcome {
+    let dir = scratch("watch-memory");
+    let mut watch = Background::start(
+        "watch",
+        tenure(["watch", "-b", "memory://", "-k", "billing", "--json"]),
+        &dir,
+    )?;
+    let line = wait_until("the first line", QUICK, || {
+        watch.stdout().lines().next().map(str::to_owned)
+    })?;
+    let value: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+    ensure!(
+        value["event"] == "vacant" && value["key"] == "billing",
+        "{value}"
+    );
+    watch.signal(libc::SIGTERM);
+    let (status, _) = watch.wait(QUICK)?;
+    ensure!(status.code() == Some(0), "{status:?}: {}", watch.stderr());
+    Ok(())
+}
+
+fn run_passes_key_identity_and_token_and_the_exit_status() -> Outcome {
+    let script = r#"test "$TENURE_KEY" = job && test "$TENURE_IDENTITY" = me && test "$TENURE_FENCING_TOKEN" -gt 0 && exit 7"#;
+    let mut command = tenure([
+        "run",
+        "-b",
+        "memory://",
+        "-k",
+        "job",
+        "-i",
+        "me",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    // A stale token in tenure's own environment must not reach the command.
+    command.env("TENURE_FENCING_TOKEN", "0");
+    let out = finish(command, QUICK)?;
+    ensure!(out.code() == Some(7), "{out:?}");
+    Ok(())
+}
+
+fn sigterm_is_passed_on_and_tenure_exits_with_the_commands_status() -> Outcome {
+    let dir = scratch("sigterm-memory");
+    let out = dir.join("out");
+    let script = r#"trap 'echo term >> "$OUT"; exit 3' TERM; echo started >> "$OUT"; while :; do sleep 0.05; done"#;
+    let mut command = tenure([
+        "run",
+        "-b",
+        "memory://",
+        "-k",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    command.env("OUT", &out);
+    let mut run = Background::start("run", command, &dir)?;
+    wait_until("the command to start", QUICK, || {
+        lines(&out).contains(&"started".to_owned()).then_some(())
+    })?;
+    run.signal(libc::SIGTERM);
+    let (status, _) = run.wait(QUICK)?;
+    ensure!(status.code() == Some(3), "{status:?}: {}", run.stderr());
+    ensure!(
+        lines(&out).contains(&"term".to_owned()),
+        "{:?}",
+        lines(&out)
+    );
+    Ok(())
+}
+
+// ---- a real etcd ----
+
+fn etcd_a_ttl_below_the_minimum_is_refused_naming_ttl() -> Outcome {
+    let etcd = etcd::shared();
+    for ttl in ["500ms", "1500ms"] {
+        let out = finish(
+            tenure([
+                "run",
+                "-b",
+                &etcd.url(),
+                "-k",
+                "k",
+                "--ttl",
+                ttl,
+                "--",
+                "true",
+            ]),
+            QUICK,
+        )?;
+        ensure!(out.code() == Some(2), "{ttl}: {out:?}");
+        ensure!(out.stderr.contains("invalid ttl"), "{ttl}: {}", out.stderr);
+    }
+    ensure!(etcd.candidates("k") == 0, "an invalid run wrote to etcd");
+    Ok(())
+}
+
+fn etcd_two_runs_never_overlap_and_tokens_increase() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("alternate");
+    let out = dir.join("intervals");
+    // Each term: `<token> <start ns> <end ns> <identity>`, 300 ms of "work".
+    let script = r#"start=$(date +%s%N); sleep 0.3; echo "$TENURE_FENCING_TOKEN $start $(date +%s%N) $TENURE_IDENTITY" >> "$OUT""#;
+    let mut runs = Vec::new();
+    for identity in ["a", "b"] {
+        let mut command = tenure([
+            "run",
+            "--backend",
+            &etcd.url(),
+            "--key",
+            "alternate",
+            "--identity",
+            identity,
+            "--ttl",
+            TTL,
+            "--respawn",
+            "--respawn-delay",
+            "0s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        command.env("OUT", &out);
+        runs.push(Background::start(identity, command, &dir)?);
+    }
+    wait_until("six terms", Duration::from_secs(20), || {
+        (lines(&out).len() >= 6).then_some(())
+    })?;
+    for run in &runs {
+        run.signal(libc::SIGTERM);
+    }
+    for run in &mut runs {
+        run.wait(QUICK)?;
+    }
+    let mut terms: Vec<(u64, i128, i128, String)> = Vec::new();
+    for line in lines(&out) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let parsed = (|| {
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+                f.get(3)?.to_string(),
+            ))
+        })();
+        terms.push(parsed.ok_or_else(|| format!("bad line {line:?}"))?);
+    }
+    terms.sort_by_key(|t| t.1);
+    for pair in terms.windows(2) {
+        let (earlier, later) = (&pair[0], &pair[1]);
+        ensure!(
+            earlier.2 <= later.1,
+            "two commands ran at once: {earlier:?} and {later:?}"
+        );
+        ensure!(
+            earlier.0 < later.0,
+            "tokens did not increase: {earlier:?} then {later:?}"
+        );
+    }
+    for identity in ["a", "b"] {
+        ensure!(
+            terms.iter().any(|t| t.3 == identity),
+            "{identity} never led: {terms:?}"
+        );
+    }
+    println!(
+        "    {} terms, alternating between a and b, none overlapping",
+        terms.len()
+    );
+    Ok(())
+}
+
+fn etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("sigkill");
+    let out = dir.join("started");
+    let key = "failover";
+    let mut a = sleeper(&etcd, key, "a", &dir)?;
+    let first = started_by(&out, "a", QUICK)?;
+    let mut b = sleeper(&etcd, key, "b", &dir)?;
+    wait_until("b to queue up", QUICK, || {
+        (etcd.candidates(key) == 2).then_some(())
+    })?;
+    let killed_at = now_ns();
+    a.signal(libc::SIGKILL);
+    a.wait(QUICK)?;
+    wait_until("a's command to die with a", Duration::from_secs(1), || {
+        process_gone(first.pid).then_some(())
+    })?;
+    let second = started_by(&out, "b", Duration::from_secs(5))?;
+    let takeover = Duration::from_nanos((second.at_ns - killed_at).max(0) as u64);
+    println!(
+        "    take-over after SIGKILL of the leader: {} ms (TTL {TTL})",
+        takeover.as_millis()
+    );
+    ensure!(
+        takeover < Duration::from_secs(2),
+        "b took over {takeover:?} after a was killed; TTL + 1 s is the bound"
+    );
+    ensure!(
+        second.token > first.token,
+        "tokens: a {} then b {}",
+        first.token,
+        second.token
+    );
+    b.signal(libc::SIGTERM);
+    b.wait(QUICK)?;
+    Ok(())
+}
+
+fn etcd_sigterm_hands_over_within_100ms() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("sigterm");
+    let out = dir.join("started");
+    let key = "handover";
+    let mut a = sleeper(&etcd, key, "a", &dir)?;
+    let first = started_by(&out, "a", QUICK)?;
+    let mut b = sleeper(&etcd, key, "b", &dir)?;
+    wait_until("b to queue up", QUICK, || {
+        (etcd.candidates(key) == 2).then_some(())
+    })?;
+    a.signal(libc::SIGTERM);
+    let (status, exited_at) = a.wait(QUICK)?;
+    // The command (sleep) died of the forwarded SIGTERM: 128 + 15.
+    ensure!(
+        status.code() == Some(143),
+        "a exited with {status:?}: {}",
+        a.stderr()
+    );
+    ensure!(process_gone(first.pid), "a's command outlived a");
+    let second = started_by(&out, "b", QUICK)?;
+    let exited_ns = exited_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i128;
+    let handover_ms = (second.at_ns - exited_ns) as f64 / 1e6;
+    println!("    hand-over after SIGTERM: b's command started {handover_ms:.1} ms after a exited");
+    ensure!(
+        handover_ms < 100.0,
+        "b's command started {handover_ms:.1} ms after a exited"
+    );
+    ensure!(
+        second.token > first.token,
+        "tokens: a {} then b {}",
+        first.token,
+        second.token
+    );
+    b.signal(libc::SIGTERM);
+    b.wait(QUICK)?;
+    Ok(())
+}
+
+fn etcd_status_and_watch_follow_a_led_key() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("observed");
+    let out = dir.join("started");
+    let key = "observed";
+    let url = etcd.url();
+
+    let vacant = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
+    ensure!(vacant.code() == Some(1), "{vacant:?}");
+
+    let mut leader = sleeper(&etcd, key, "a", &dir)?;
+    let term = started_by(&out, "a", QUICK)?;
+    let status = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
+    ensure!(status.code() == Some(0), "{status:?}");
+    ensure!(status.stdout.contains("leader:  a\n"), "{}", status.stdout);
+    ensure!(
+        status
+            .stdout
+            .contains(&format!("token:   {}\n", term.token)),
+        "{}",
+        status.stdout
+    );
+    ensure!(
+        status.stdout.contains("when this command looked"),
+        "{}",
+        status.stdout
+    );
+    let json = finish(tenure(["status", "-b", &url, "-k", key, "--json"]), QUICK)?;
+    let value: Value =
+        serde_json::from_str(&json.stdout).map_err(|e| format!("{e}: {}", json.stdout))?;
+    ensure!(
+        value["leader"]["identity"] == "a" && value["leader"]["token"] == term.token,
+        "{value}"
+    );
+
+    let mut watch = Background::start(
+        "watch",
+        tenure(["watch", "-b", &url, "-k", key, "--json"]),
+        &dir,
+    )?;
+    let events = |watch: &Background| -> Vec<Value> {
+        watch
+            .stdout()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let first = wait_until("watch's first line", QUICK, || {
+        events(&watch).into_iter().next()
+    })?;
+    ensure!(
+        first["event"] == "elected" && first["identity"] == "a" && first["token"] == term.token,
+        "{first}"
+    );
+    leader.signal(libc::SIGTERM);
+    leader.wait(QUICK)?;
+    let second = wait_until("watch to see the vacancy", QUICK, || {
+        events(&watch).into_iter().nth(1)
+    })?;
+    ensure!(second["event"] == "vacant", "{second}");
+    watch.signal(libc::SIGTERM);
+    let (status, _) = watch.wait(QUICK)?;
+    ensure!(
+        status.code() == Some(0),
+        "watch: {status:?}: {}",
+        watch.stderr()
+    );
+    let text = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
+    ensure!(text.code() == Some(1), "after the leader left: {text:?}");
+    Ok(())
+}

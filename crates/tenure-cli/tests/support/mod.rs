@@ -1,0 +1,236 @@
+//! Running the `tenure` binary from tests: to the end with a time limit, or
+//! in the background; bounded waits; scratch files.
+
+pub mod etcd;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use libtest_mimic::Failed;
+
+/// A test's result.
+pub type Outcome = Result<(), Failed>;
+
+/// Fails the test with a message unless `cond` holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+).into());
+        }
+    };
+}
+
+/// The `tenure` binary with `args`, its standard input closed.
+pub fn tenure<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("RUST_LOG");
+    command
+}
+
+/// A finished command.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub took: Duration,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+/// Runs `command` to its end; fails (and kills it) if that takes over `limit`.
+pub fn finish(mut command: Command, limit: Duration) -> Result<Finished, Failed> {
+    let started = Instant::now();
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start tenure: {e}"))?;
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => {
+            let output = output.map_err(|e| format!("waiting for tenure: {e}"))?;
+            Ok(Finished {
+                status: output.status,
+                stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+                took: started.elapsed(),
+            })
+        }
+        Err(_) => {
+            signal(pid, libc::SIGKILL);
+            Err(format!("{command:?} did not finish within {limit:?}").into())
+        }
+    }
+}
+
+/// Sends `signal` to process `pid`.
+pub fn signal(pid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, signal) };
+}
+
+/// Whether process `pid` is gone: no such process, or a zombie (dead,
+/// waiting for whoever adopted it to reap it).
+pub fn process_gone(pid: libc::pid_t) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // "pid (comm) S ...": the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state == 'Z' || state == 'X'),
+    }
+}
+
+/// Nanoseconds since the epoch, as `date +%s%N` prints them.
+pub fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as i128
+}
+
+/// Polls `check` every 10 ms until it gives a value; fails after `limit`.
+pub fn wait_until<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T, Failed> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("timed out after {limit:?} waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A directory of its own for one test, under cargo's scratch directory.
+pub fn scratch(test: &str) -> PathBuf {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "cli-{}-{}-{test}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// The lines of a file written by commands (none if it does not exist yet).
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A `tenure` process running in the background, its standard output and
+/// error in files; SIGKILLed when dropped if still running.
+pub struct Background {
+    pub name: String,
+    pub pid: libc::pid_t,
+    exited: mpsc::Receiver<(ExitStatus, SystemTime)>,
+    ended: Option<(ExitStatus, SystemTime)>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Background {
+    /// Starts `command`, writing its output to `<dir>/<name>.out` and `.err`.
+    pub fn start(name: &str, mut command: Command, dir: &Path) -> Result<Background, Failed> {
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.err"));
+        let file = |path: &Path| std::fs::File::create(path).map_err(|e| e.to_string());
+        let mut child = command
+            .stdout(file(&stdout)?)
+            .stderr(file(&stderr)?)
+            .spawn()
+            .map_err(|e| format!("cannot start tenure: {e}"))?;
+        let pid = child.id() as libc::pid_t;
+        let (tx, exited) = mpsc::channel();
+        // Waits at once, so the moment of exit is known to the millisecond.
+        std::thread::spawn(move || {
+            if let Ok(status) = child.wait() {
+                let _ = tx.send((status, SystemTime::now()));
+            }
+        });
+        Ok(Background {
+            name: name.to_owned(),
+            pid,
+            exited,
+            ended: None,
+            stdout,
+            stderr,
+        })
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        if self.ended.is_none() {
+            self.signal_now(signal);
+        }
+    }
+
+    fn signal_now(&self, sig: libc::c_int) {
+        signal(self.pid, sig);
+    }
+
+    /// Exit status and wall-clock time of exit, once it has exited (waits up to `limit`).
+    pub fn wait(&mut self, limit: Duration) -> Result<(ExitStatus, SystemTime), Failed> {
+        if let Some(ended) = self.ended {
+            return Ok(ended);
+        }
+        match self.exited.recv_timeout(limit) {
+            Ok(ended) => {
+                self.ended = Some(ended);
+                Ok(ended)
+            }
+            Err(_) => Err(format!(
+                "{} did not exit within {limit:?}; its log:\n{}",
+                self.name,
+                self.stderr()
+            )
+            .into()),
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.ended.is_none() && self.exited.try_recv().is_err() {
+            self.signal_now(libc::SIGKILL);
+        }
+    }
+}
