@@ -102,7 +102,8 @@ pub struct RunArgs {
     pub ttl: Duration,
 
     /// How long before the lease's local deadline the command is SIGKILLed
-    /// when renewals fail [default: TTL/10, at least 50ms].
+    /// when renewals fail (SIGTERM goes out twice as long before it); at
+    /// most TTL/4 [default: TTL/10, at least 50ms, at most TTL/4].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub kill_margin: Option<Duration>,
 
@@ -150,10 +151,13 @@ pub struct WatchArgs {
 }
 
 impl RunArgs {
-    /// The kill margin: as given, else TTL/10 but at least 50 ms.
+    /// The kill margin: as given, else TTL/10, at least 50 ms, at most TTL/4.
     pub fn kill_margin(&self) -> Duration {
-        self.kill_margin
-            .unwrap_or_else(|| (self.ttl / 10).max(Duration::from_millis(50)))
+        self.kill_margin.unwrap_or_else(|| {
+            (self.ttl / 10)
+                .max(Duration::from_millis(50))
+                .min(self.ttl / 4)
+        })
     }
 }
 
@@ -239,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn the_kill_margin_defaults_to_a_tenth_of_the_ttl_but_at_least_50ms() {
+    fn the_kill_margin_defaults_to_a_tenth_of_the_ttl_within_bounds() {
         let margin = |args: &[&str]| {
             let mut all = vec!["run", "-b", "memory://", "-k", "k"];
             all.extend_from_slice(args);
@@ -252,6 +256,7 @@ mod tests {
         assert_eq!(margin(&[]), Duration::from_secs(1));
         assert_eq!(margin(&["--ttl", "1s"]), Duration::from_millis(100));
         assert_eq!(margin(&["--ttl", "200ms"]), Duration::from_millis(50));
+        assert_eq!(margin(&["--ttl", "100ms"]), Duration::from_millis(25));
         assert_eq!(
             margin(&["--ttl", "1s", "--kill-margin", "300ms"]),
             Duration::from_millis(300)

@@ -22,19 +22,11 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let started = Instant::now();
     // From here on SIGINT and SIGTERM end tenure only through us.
     let mut signals = Signals::listen()?;
-    let margin = args.kill_margin();
-    if margin.is_zero() || margin * 2 >= args.ttl {
-        return Err(Failure::new(format!(
-            "invalid kill-margin: {} must be above zero and below half the ttl ({})",
-            humantime::format_duration(margin),
-            humantime::format_duration(args.ttl)
-        )));
-    }
     let elector = tokio::select! {
         elector = prepare(&args, started) => elector?,
         received = signals.stop_requested() => return Ok(received.exit_code()),
     };
-    let result = campaign_and_run(&args, &elector, &mut signals, margin).await;
+    let result = campaign_and_run(&args, &elector, &mut signals, args.kill_margin()).await;
     // Withdraws a pending campaign, releases what is still held, closes the client.
     elector.shutdown().await;
     result
@@ -50,7 +42,18 @@ async fn prepare(args: &RunArgs, started: Instant) -> Result<Elector, Failure> {
     if let Some(identity) = &args.identity {
         builder = builder.identity(identity);
     }
+    // The TTL is checked first, against the backend's bounds.
     let elector = builder.build()?;
+    let margin = args.kill_margin();
+    // SIGTERM goes out at twice the margin before the deadline without a
+    // renewal: that must come after the first renewal (at TTL/3) is due.
+    if margin.is_zero() || margin * 4 > args.ttl {
+        return Err(Failure::new(format!(
+            "invalid kill-margin: {} must be above zero and at most a quarter of the ttl ({})",
+            humantime::format_duration(margin),
+            humantime::format_duration(args.ttl)
+        )));
+    }
     let leader = connect::first_look(&elector, &args.election, started).await?;
     tracing::info!(
         key = %args.election.key,

@@ -7,7 +7,7 @@ mod support;
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
@@ -80,6 +80,10 @@ fn main() {
         Trial::test(
             "etcd_sigterm_hands_over_within_100ms",
             etcd_sigterm_hands_over_within_100ms,
+        ),
+        Trial::test(
+            "etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire",
+            etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire,
         ),
         Trial::test(
             "etcd_status_and_watch_follow_a_led_key",
@@ -641,5 +645,58 @@ fn etcd_status_and_watch_follow_a_led_key() -> Outcome {
     );
     let text = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
     ensure!(text.code() == Some(1), "after the leader left: {text:?}");
+    Ok(())
+}
+
+fn etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("paused");
+    let out = dir.join("started");
+    // The command ignores SIGTERM (and so does the sleep it becomes): only
+    // SIGKILL stops it.
+    let script = format!("trap '' TERM; {SLEEPER}");
+    let mut command = tenure([
+        "run",
+        "-v",
+        "--backend",
+        &etcd.url(),
+        "--key",
+        "paused",
+        "--identity",
+        "a",
+        "--ttl",
+        TTL,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    command.env("OUT", &out);
+    let mut a = Background::start("a", command, &dir)?;
+    let term = started_by(&out, "a", QUICK)?;
+    let paused = etcd.pause();
+    // No renewal can succeed from here on, so the lease's local deadline is
+    // at most one TTL away (the server's own expiry is later still).
+    let frozen = Instant::now();
+    let dead = wait_until("the command to be killed", Duration::from_secs(3), || {
+        process_gone(term.pid).then(Instant::now)
+    })?;
+    let after = dead - frozen;
+    println!(
+        "    command SIGKILLed {} ms after etcd froze (TTL {TTL})",
+        after.as_millis()
+    );
+    ensure!(
+        after < Duration::from_secs(1),
+        "the command outlived the TTL: {after:?}"
+    );
+    let (status, _) = a.wait(Duration::from_secs(15))?;
+    ensure!(
+        status.code() == Some(75),
+        "tenure exited with {status:?}: {}",
+        a.stderr()
+    );
+    ensure!(a.stderr().contains("SIGKILL"), "{}", a.stderr());
+    drop(paused);
     Ok(())
 }

@@ -18,7 +18,7 @@ pub struct Etcd {
     /// `127.0.0.1:<port>`.
     pub endpoint: String,
     // Dropped last: removes the container.
-    _cluster: Cluster,
+    cluster: Cluster,
 }
 
 static SHARED: Mutex<Option<Arc<Etcd>>> = Mutex::new(None);
@@ -45,7 +45,7 @@ pub fn shared() -> Arc<Etcd> {
                 endpoint: cluster.endpoints()[0].clone(),
                 runtime,
                 inspector,
-                _cluster: cluster,
+                cluster,
             })
         })
         .clone()
@@ -63,6 +63,14 @@ impl Etcd {
         format!("etcd://{}/{PREFIX}", self.endpoint)
     }
 
+    /// Freezes the server (`docker pause`) until the returned guard is dropped.
+    pub fn pause(&self) -> Paused<'_> {
+        self.runtime
+            .block_on(self.cluster.pause(0))
+            .expect("docker pause");
+        Paused(self)
+    }
+
     /// How many candidates (leader included) stand for `key`: etcd's
     /// election keeps one key per candidate under `<prefix><key>/`.
     pub fn candidates(&self, key: &str) -> usize {
@@ -77,5 +85,17 @@ impl Etcd {
                 .and_then(Result::ok)
                 .map_or(0, |answer| answer.count() as usize)
         })
+    }
+}
+
+/// A paused server, thawed when dropped (also when the test fails).
+pub struct Paused<'a>(&'a Etcd);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let etcd = self.0;
+        if let Err(error) = etcd.runtime.block_on(etcd.cluster.unpause(0)) {
+            eprintln!("cannot unpause the test etcd: {error}");
+        }
     }
 }

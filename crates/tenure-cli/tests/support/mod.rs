@@ -18,7 +18,8 @@ pub type Outcome = Result<(), Failed>;
 #[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
+        let holds: bool = $cond;
+        if !holds {
             return Err(format!($($msg)+).into());
         }
     };
