@@ -116,6 +116,7 @@ pub async fn run(args: Args, connector: Connector) -> Result<(), String> {
         .key(args.key)
         .identity(args.identity)
         .ttl(args.ttl)
+        .allow_unfenced()
         .build()
         .map_err(|e| e.to_string())?;
     let out: Out = Arc::new(Mutex::new(tokio::io::stdout()));

@@ -92,7 +92,8 @@ fn builder_refuses(
     let builder = Elector::builder(backend)
         .key(cx.new_key().as_str())
         .identity("builder")
-        .ttl(cx.ttl());
+        .ttl(cx.ttl())
+        .allow_unfenced();
     rejected(
         cx,
         "Elector::builder",

@@ -262,3 +262,33 @@ async fn bad_input_is_rejected_by_field_and_writes_nothing() {
     }
     assert_eq!(server.stats().writes(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_cannot_fence_is_refused_without_the_opt_in() {
+    let server = MemoryBackend::with_capabilities(Capabilities::new(false, true));
+    let refused = Elector::builder(Arc::new(server.clone()))
+        .key("billing")
+        .identity("a")
+        .build()
+        .map(drop);
+    match refused {
+        Err(Error::InvalidArgument { field, reason }) => {
+            assert_eq!(field, "allow_unfenced");
+            assert!(reason.contains("memory"), "names the backend: {reason}");
+        }
+        other => panic!("expected InvalidArgument naming allow_unfenced, got {other:?}"),
+    }
+    let elector = Elector::builder(Arc::new(server.clone()))
+        .key("billing")
+        .identity("a")
+        .allow_unfenced()
+        .build()
+        .expect("with the opt-in the elector is built");
+    elector.campaign().await.unwrap().resign().await.unwrap();
+    // A backend that fences needs no opt-in.
+    Elector::builder(Arc::new(MemoryBackend::new()))
+        .key("billing")
+        .identity("a")
+        .build()
+        .expect("a fencing backend needs no opt-in");
+}

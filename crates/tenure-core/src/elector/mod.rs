@@ -73,6 +73,7 @@ pub struct ElectorBuilder {
     drift_margin: Option<Duration>,
     retry: (Duration, Duration),
     renew_on: RenewOn,
+    allow_unfenced: bool,
 }
 
 impl ElectorBuilder {
@@ -119,6 +120,23 @@ impl ElectorBuilder {
         self
     }
 
+    /// Accepts a backend that cannot issue fencing tokens
+    /// (`capabilities().fencing == false`, such as Redlock).
+    ///
+    /// Without tokens nothing downstream can refuse a deposed leader's
+    /// write: a leader paused past its deadline (GC, host suspend) or a
+    /// lease lost on the servers behind its back (a Redis master restarted
+    /// without persistence) lets two leaders write. That is fine where a
+    /// duplicate run costs time or money, not correctness (a cache warm-up,
+    /// a report mailed twice), and wrong for anything else. Without this
+    /// call, [`build`](Self::build) refuses such a backend with
+    /// [`Error::InvalidArgument`] naming `allow_unfenced`; with it, the
+    /// Elector logs one WARN when it is built.
+    pub fn allow_unfenced(mut self) -> Self {
+        self.allow_unfenced = true;
+        self
+    }
+
     /// Checks every setting against the rules and the backend's capabilities.
     pub fn build(self) -> Result<Elector> {
         let key = ElectionKey::new(
@@ -137,7 +155,28 @@ impl ElectorBuilder {
             .drift_margin
             .unwrap_or_else(|| default_drift_margin(ttl));
         let candidacy = Candidacy::with_drift_margin(key, identity, ttl, margin)?;
-        self.backend.capabilities().check(&candidacy)?;
+        let capabilities = self.backend.capabilities();
+        capabilities.check(&candidacy)?;
+        if !capabilities.fencing {
+            if !self.allow_unfenced {
+                return Err(Error::invalid(
+                    "allow_unfenced",
+                    format!(
+                        "the {} backend cannot issue fencing tokens, so a deposed leader's \
+                         writes cannot be refused; call ElectorBuilder::allow_unfenced() if a \
+                         duplicate run is acceptable for this job",
+                        self.backend.name()
+                    ),
+                ));
+            }
+            tracing::warn!(
+                backend = self.backend.name(),
+                key = candidacy.key().as_str(),
+                identity = candidacy.identity().as_str(),
+                "leader election without fencing tokens: a paused or partitioned leader can \
+                 overlap with the next one, and nothing can refuse its writes"
+            );
+        }
         let renew_interval = self.renew_interval.unwrap_or(ttl / 3);
         if renew_interval.is_zero() || renew_interval >= ttl - margin {
             return Err(Error::invalid(
@@ -263,6 +302,7 @@ impl Elector {
             drift_margin: None,
             retry: (Duration::from_millis(50), Duration::from_secs(2)),
             renew_on: RenewOn::default(),
+            allow_unfenced: false,
         }
     }
 
