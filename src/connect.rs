@@ -12,7 +12,11 @@ use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 /// - `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N&tick_time_ms=N]`
 ///   (feature `zookeeper`);
 /// - `kube://[/path/to/kubeconfig][?namespace=ns&context=name]` (feature
-///   `kube`; the default kubeconfig, else the in-cluster service account).
+///   `kube`; the default kubeconfig, else the in-cluster service account);
+/// - `redis://[user:password@]host:port[,host:port...][/prefix]?unfenced=accept`
+///   (feature `redis`; Redlock over 1, 3 or 5 independent masters, which
+///   cannot fence: `unfenced=accept` is required, and an Elector over it
+///   needs `ElectorBuilder::allow_unfenced`).
 ///
 /// Each backend's `connect_url` documents its parameters. A URL whose
 /// scheme is unknown, or whose backend's cargo feature is off, is an
@@ -31,10 +35,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
         "etcd" => etcd(url).await,
         "zk" => zookeeper(url).await,
         "kube" => kube(url).await,
+        "redis" => redis(url).await,
         other => Err(Error::invalid(
             "url",
             format!(
-                "{url:?}: unknown scheme {other:?}; expected memory://, etcd://, zk:// or kube://"
+                "{url:?}: unknown scheme {other:?}; expected memory://, etcd://, zk://, kube:// or redis://"
             ),
         )),
     }
@@ -46,7 +51,9 @@ fn scheme(url: &str) -> Result<&str> {
         Some((scheme, _)) if !scheme.is_empty() => Ok(scheme),
         _ => Err(Error::invalid(
             "url",
-            format!("{url:?} has no scheme; expected memory://, etcd://, zk:// or kube://"),
+            format!(
+                "{url:?} has no scheme; expected memory://, etcd://, zk://, kube:// or redis://"
+            ),
         )),
     }
 }
@@ -83,6 +90,15 @@ async fn kube(url: &str) -> Result<Arc<dyn LeaseBackend>> {
     ));
     #[cfg(not(feature = "kube"))]
     return Err(feature_off(url, "kube"));
+}
+
+async fn redis(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+    #[cfg(feature = "redis")]
+    return Ok(Arc::new(
+        tenure_redis::RedlockBackend::connect_url(url).await?,
+    ));
+    #[cfg(not(feature = "redis"))]
+    return Err(feature_off(url, "redis"));
 }
 
 #[cfg(test)]
@@ -133,5 +149,25 @@ mod tests {
         let (field, message) = field_and_message(connect("etcd://").await.err().unwrap());
         assert_eq!(field, "url");
         assert!(message.contains("names no etcd endpoint"), "{message}");
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn a_redis_url_without_the_opt_in_is_refused_naming_unfenced() {
+        let (field, message) = field_and_message(connect("redis://h:6379").await.err().unwrap());
+        assert_eq!(field, "unfenced");
+        assert!(message.contains("unfenced=accept"), "{message}");
+    }
+
+    #[cfg(not(feature = "redis"))]
+    #[tokio::test]
+    async fn a_redis_url_without_the_redis_feature_names_it() {
+        let (_, message) = field_and_message(
+            connect("redis://h:6379?unfenced=accept")
+                .await
+                .err()
+                .unwrap(),
+        );
+        assert!(message.contains("`redis`"), "{message}");
     }
 }

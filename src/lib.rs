@@ -15,5 +15,9 @@ pub use tenure_zookeeper as zookeeper;
 #[cfg(feature = "kube")]
 pub use tenure_kube as kube;
 
+/// The Redis backend (feature `redis`): Redlock, which cannot fence.
+#[cfg(feature = "redis")]
+pub use tenure_redis as redis;
+
 mod connect;
 pub use connect::connect;

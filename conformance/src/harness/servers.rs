@@ -173,7 +173,7 @@ impl Kind {
             }
             Kind::Redis => {
                 let mut info = String::new();
-                for section in [&b"stats"[..], b"commandstats"] {
+                for section in [&b"stats"[..], b"persistence", b"commandstats"] {
                     match probe::redis_command(endpoint, &[b"INFO", section]).await? {
                         probe::Resp::Bulk(Some(text)) => {
                             info.push_str(&String::from_utf8_lossy(&text));

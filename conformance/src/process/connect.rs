@@ -17,7 +17,7 @@ use super::remote::RemoteBackend;
 pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
 
 /// The schemes this crate knows: `memory:`, `memory+tcp://`, and with the
-/// `harness` feature `etcd://`, `zk://` and `kube://` (see each backend's
+/// `harness` feature `etcd://`, `zk://`, `kube://` and `redis://` (see each backend's
 /// `connect_url`).
 pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>> {
     Box::pin(async move {
@@ -37,6 +37,11 @@ pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>
             #[cfg(feature = "harness")]
             Some("kube") => Ok(
                 Arc::new(tenure_kube::KubeLeaseBackend::connect_url(&url).await?)
+                    as Arc<dyn LeaseBackend>,
+            ),
+            #[cfg(feature = "harness")]
+            Some("redis") => Ok(
+                Arc::new(tenure_redis::RedlockBackend::connect_url(&url).await?)
                     as Arc<dyn LeaseBackend>,
             ),
             _ => Err(Error::invalid(

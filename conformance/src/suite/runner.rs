@@ -159,23 +159,28 @@ where
     }
 }
 
-/// The checks every case that recorded terms or writes ends with.
+/// The checks every case that recorded terms or writes ends with. Both
+/// figures are taken before either check, so that a case that failed on an
+/// overlap still reports its stale writes.
 fn finish_safety(cx: &Cx) -> Step {
-    let terms = cx.safety().len();
-    if terms >= 2 {
-        let overlaps = cx.safety().overlaps();
+    let overlaps = (cx.safety().len() >= 2).then(|| cx.safety().overlaps());
+    if let Some(overlaps) = &overlaps {
         cx.figures(|f| f.overlaps = Some(overlaps.len() as u64));
-        cx.check(Property::Exclusive, overlaps.is_empty(), || {
-            overlaps.join("; ")
-        })?;
     }
     let (accepted, refused) = cx.store().counts();
+    let (stale_accepted, fresh_refused) = cx.store().violations();
     if accepted + refused > 0 {
-        let (stale_accepted, fresh_refused) = cx.store().violations();
         cx.figures(|f| {
             f.stale_writes_refused = Some(refused);
             f.stale_writes_accepted = Some(stale_accepted.len() as u64);
         });
+    }
+    if let Some(overlaps) = overlaps {
+        cx.check(Property::Exclusive, overlaps.is_empty(), || {
+            overlaps.join("; ")
+        })?;
+    }
+    if accepted + refused > 0 {
         cx.check(Property::Fencing, stale_accepted.is_empty(), || {
             stale_accepted.join("; ")
         })?;

@@ -1,0 +1,534 @@
+//! The conformance suite on Redis (Redlock), in containers: 1 and 3
+//! independent masters, each client behind its own fault proxies, plus the
+//! failure matrix: Redis-specific faults, each run as a case that records
+//! whether two candidates' validity intervals overlapped and whether a
+//! deposed holder's write got into a store that has no token to check. The
+//! measured matrix must equal the one documented in
+//! `crates/tenure-redis/README.md`. Reports:
+//! `target/conformance/redis-1master.md`, `redis-3masters.md`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use tenure_conformance::harness::{Cluster, Topology};
+use tenure_conformance::suite::{run_case, Cx, Failure, Holder, Meta, Quiet, Step, TermId};
+use tenure_conformance::{
+    BackendFactory, CandidateCommand, CaseReport, Client, ClusterServers, LinkFault, ProxyLink,
+    ServerFaults, Target,
+};
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, Lease, LeaseBackend,
+    Result,
+};
+use tenure_redis::redis::aio::MultiplexedConnection;
+use tenure_redis::{RedlockBackend, RedlockOptions};
+use tokio::time::Instant;
+
+struct RedisFactory {
+    name: &'static str,
+    cluster: Arc<Cluster>,
+    servers: ClusterServers,
+    /// One client per master without proxies, for looking at the servers.
+    inspector: RedlockBackend,
+    /// Every client's proxies, kept for the factory's life.
+    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
+    version: Option<String>,
+}
+
+fn harness(e: impl std::fmt::Display) -> Error {
+    Error::Backend {
+        backend: "harness",
+        source: e.to_string().into(),
+    }
+}
+
+/// The key prefix of every client (the backend's default).
+fn stored(key: &ElectionKey) -> String {
+    format!("{}{}", RedlockOptions::default().key_prefix, key.as_str())
+}
+
+impl RedisFactory {
+    async fn start(masters: usize, name: &'static str) -> Arc<RedisFactory> {
+        let cluster = Cluster::start(Topology::Redis { masters })
+            .await
+            .expect("redis masters");
+        let inspector = RedlockBackend::builder(&cluster.endpoints())
+            .accept_unfenced()
+            .connect()
+            .await
+            .expect("inspector client");
+        let version = cluster.server_version().await.ok();
+        let cluster = Arc::new(cluster);
+        Arc::new(RedisFactory {
+            name,
+            servers: ClusterServers::new(cluster.clone()),
+            cluster,
+            inspector,
+            proxies: Default::default(),
+            version,
+        })
+    }
+
+    /// A plain connection to master `index`.
+    async fn master(&self, index: usize) -> Result<MultiplexedConnection> {
+        let node = self.cluster.node(index).map_err(harness)?;
+        let client = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint()))
+            .map_err(harness)?;
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(harness)
+    }
+
+    /// Runs `cmd` on every master that serves, answers by master.
+    async fn on_masters<T: tenure_redis::redis::FromRedisValue>(
+        &self,
+        cmd: &tenure_redis::redis::Cmd,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        for i in 0..self.cluster.nodes().len() {
+            let mut c = self.master(i).await?;
+            out.push(cmd.query_async(&mut c).await.map_err(harness)?);
+        }
+        Ok(out)
+    }
+
+    async fn stats_sum(&self, field: &str) -> Result<u64> {
+        Ok(self
+            .cluster
+            .stats_total()
+            .await
+            .map_err(harness)?
+            .get(field))
+    }
+}
+
+#[async_trait]
+impl BackendFactory for RedisFactory {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inspector.capabilities()
+    }
+
+    async fn client(&self) -> Result<Client> {
+        let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
+        let (link, addrs) = ProxyLink::start_all(&nodes).await?;
+        link.numbers_nodes();
+        let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+        let backend = RedlockBackend::builder(&endpoints)
+            .accept_unfenced()
+            .connect()
+            .await?;
+        self.proxies.lock().unwrap().push(link.clone());
+        Ok(Client {
+            backend: Arc::new(backend),
+            link: Some(link),
+        })
+    }
+
+    async fn server_writes(&self) -> Option<Result<u64>> {
+        // Changes to the data set (SET, PEXPIRE, DEL, expiries), summed over
+        // the masters: Redis's own dirty counter (nothing is ever saved).
+        Some(self.stats_sum("rdb_changes_since_last_save").await)
+    }
+
+    async fn server_requests(&self) -> Option<Result<u64>> {
+        Some(self.stats_sum("total_commands_processed").await)
+    }
+
+    async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
+        // A waiting candidate subscribes to the key's channel on every
+        // master before its first attempt (and nothing else does but
+        // watches): the most subscribers any master counts.
+        let mut cmd = tenure_redis::redis::cmd("PUBSUB");
+        cmd.arg("NUMSUB").arg(stored(key));
+        Some(
+            self.on_masters::<(String, usize)>(&cmd)
+                .await
+                .map(|answers| answers.into_iter().map(|(_, n)| n).max().unwrap_or(0)),
+        )
+    }
+
+    async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {
+        let mut cmd = tenure_redis::redis::cmd("EXISTS");
+        cmd.arg(stored(key));
+        Some(
+            self.on_masters::<u64>(&cmd)
+                .await
+                .map(|n| n.into_iter().any(|n| n > 0)),
+        )
+    }
+
+    async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
+        let mut cmd = tenure_redis::redis::cmd("DEL");
+        cmd.arg(stored(key));
+        Some(self.on_masters::<u64>(&cmd).await.map(drop))
+    }
+
+    async fn server_version(&self) -> Option<String> {
+        self.version.clone()
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(&self.servers)
+    }
+
+    fn candidate(&self) -> Option<CandidateCommand> {
+        Some(CandidateCommand {
+            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
+            url: format!(
+                "redis://{}?unfenced=accept",
+                self.cluster.endpoints().join(",")
+            ),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The failure matrix.
+
+/// What one fault did: two candidates' validity intervals overlapped; a
+/// deposed holder's write got into a store that has no token to check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Outcome {
+    overlap: bool,
+    stale_write: bool,
+}
+
+/// The faults of the matrix, by the name the README's table gives them.
+const FAULTS: &[&str] = &[
+    "master_restarted_without_persistence",
+    "master_key_expired_early",
+    "holder_paused_past_its_deadline",
+    "holder_partitioned_from_the_masters",
+];
+
+/// Tries for `key` as `name` until granted, for at most `limit`.
+async fn take(
+    cx: &Cx,
+    client: &Client,
+    key: &ElectionKey,
+    name: &str,
+    limit: Duration,
+) -> Step<Option<Holder>> {
+    let until = Instant::now() + limit;
+    loop {
+        match Holder::try_acquire(cx, client, key, name).await {
+            Ok(Ok(holder)) => return Ok(Some(holder)),
+            Ok(Err(_held)) => {}
+            Err(Failure::Fail(why)) if why.contains("unavailable") => {}
+            Err(e) => return Err(e),
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `a`'s lease, held through raw backend calls with a TTL of the fault's
+/// choosing, reported to the case's safety recorder and store.
+struct Raw {
+    lease: Lease,
+    term: TermId,
+}
+
+impl Raw {
+    async fn acquire(cx: &Cx, client: &Client, key: &ElectionKey, ttl: Duration) -> Step<Raw> {
+        let candidacy = Candidacy::new(key.clone(), cx.identity("a"), ttl).ctx("a's candidacy")?;
+        let lease = match client
+            .backend
+            .acquire(&candidacy, AcquireMode::Once)
+            .await
+            .ctx("a acquires")?
+        {
+            Acquisition::Granted(lease) => lease,
+            Acquisition::Held(info) => {
+                return Err(Failure::Fail(format!("a vacant key is held by {info:?}")))
+            }
+        };
+        let term = cx.safety().begin(
+            key.as_str(),
+            lease.holder().as_str(),
+            lease.token(),
+            Instant::now(),
+            lease.valid_until(),
+        );
+        Ok(Raw { lease, term })
+    }
+
+    fn write(&self, cx: &Cx) {
+        cx.store()
+            .write(self.term, self.lease.holder().as_str(), self.lease.token());
+    }
+}
+
+/// One fault of the matrix as a case: `a` holds the key, the fault
+/// strikes, `b` tries for the key; whoever gets it writes, and `a` writes
+/// too where it still believes it leads (or, paused, had checked before).
+/// Where the fault is on the servers, `a`'s TTL is long (10 s), so that the
+/// fault (a container restart takes about a second) always strikes while
+/// `a`'s lease is valid: the outcome is Redlock's, not the harness's timing.
+async fn fault_case(
+    factory: Arc<dyn BackendFactory>,
+    fault: &'static str,
+    redis: Arc<RedisFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: fault,
+        contract: "matrix",
+        quiet: Quiet::Backend,
+    };
+    run_case(factory, meta, move |cx| async move {
+        let (ca, cb) = (cx.client().await?, cx.client().await?);
+        let key = cx.new_key();
+        let ttl = cx.ttl();
+        let on_servers = fault.starts_with("master_");
+        let mut a = Raw::acquire(&cx, &ca, &key, if on_servers { LONG_TTL } else { ttl }).await?;
+        a.write(&cx);
+        // Whether `a` checked its lease just before the fault struck and
+        // goes on to write regardless (a pause between check and write).
+        let mut checked_before = false;
+        let b = match fault {
+            "master_restarted_without_persistence" => {
+                let servers = &redis.servers;
+                servers.kill(0).await.ctx("killing master 0")?;
+                servers
+                    .start(0)
+                    .await
+                    .ctx("starting master 0 again, empty")?;
+                take(&cx, &cb, &key, "b", ttl / 4).await?
+            }
+            "master_key_expired_early" => {
+                let mut m = redis.master(0).await.ctx("connecting to master 0")?;
+                let _: i64 = tenure_redis::redis::cmd("PEXPIRE")
+                    .arg(stored(&key))
+                    .arg(1)
+                    .query_async(&mut m)
+                    .await
+                    .ctx("expiring a's key on master 0")?;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                take(&cx, &cb, &key, "b", ttl / 4).await?
+            }
+            "holder_paused_past_its_deadline" => {
+                checked_before = a.lease.is_valid();
+                // `a` is frozen (GC, SIGSTOP): it neither renews nor checks.
+                take(&cx, &cb, &key, "b", ttl * 2).await?
+            }
+            "holder_partitioned_from_the_masters" => {
+                let link = ca
+                    .link
+                    .clone()
+                    .ok_or_else(|| Failure::Skip("no link to cut".into()))?;
+                link.set(LinkFault::Blackhole).await.ctx("cutting a off")?;
+                // `a` keeps trying to renew while it believes it leads.
+                let renewing = async {
+                    while a.lease.is_valid() {
+                        if let Ok(Ok(renewed)) =
+                            tokio::time::timeout(ttl / 4, ca.backend.renew(&a.lease)).await
+                        {
+                            cx.safety().extend(a.term, renewed.valid_until());
+                            a.lease = renewed;
+                        }
+                        tokio::time::sleep(ttl / 10).await;
+                    }
+                };
+                let (b, ()) = tokio::join!(take(&cx, &cb, &key, "b", ttl * 2), renewing);
+                link.set(LinkFault::Pass).await.ctx("healing a's link")?;
+                b?
+            }
+            other => return Err(Failure::Fail(format!("no fault {other}"))),
+        };
+        match b {
+            Some(b) => {
+                b.write();
+                if a.lease.is_valid() || checked_before {
+                    a.write(&cx);
+                }
+                cx.safety().end(a.term, Instant::now());
+                let _ = b.release().await;
+            }
+            None => {
+                cx.note("b was not granted the key while a held it");
+                cx.safety().end(a.term, Instant::now());
+            }
+        }
+        let _ = ca.backend.release(&a.lease).await;
+        Ok(())
+    })
+    .await
+}
+
+/// `a`'s TTL where the fault is on the servers.
+const LONG_TTL: Duration = Duration::from_secs(10);
+
+trait Ctx<T> {
+    fn ctx(self, what: &str) -> Step<T>;
+}
+
+impl<T, E: std::fmt::Display> Ctx<T> for std::result::Result<T, E> {
+    fn ctx(self, what: &str) -> Step<T> {
+        self.map_err(|e| Failure::Fail(format!("{what}: {e}")))
+    }
+}
+
+/// The matrix as `crates/tenure-redis/README.md` documents it: fault →
+/// (masters → outcome).
+fn documented() -> BTreeMap<String, BTreeMap<usize, Outcome>> {
+    let readme = include_str!("../../crates/tenure-redis/README.md");
+    let table = readme
+        .split("<!-- failure-matrix:begin -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- failure-matrix:end -->").next())
+        .expect("the README marks its failure matrix");
+    let yes = |cell: &str| match cell.trim() {
+        "yes" => true,
+        "no" => false,
+        other => panic!("a matrix cell is yes or no, not {other:?}"),
+    };
+    let mut matrix = BTreeMap::new();
+    for line in table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
+        assert_eq!(cells.len(), 5, "a matrix row has five cells: {line}");
+        let fault = cells[0].trim().trim_matches('`').to_owned();
+        let row = BTreeMap::from([
+            (
+                1,
+                Outcome {
+                    overlap: yes(cells[1]),
+                    stale_write: yes(cells[2]),
+                },
+            ),
+            (
+                3,
+                Outcome {
+                    overlap: yes(cells[3]),
+                    stale_write: yes(cells[4]),
+                },
+            ),
+        ]);
+        matrix.insert(fault, row);
+    }
+    matrix
+}
+
+/// Runs every fault on this deployment and checks each outcome against
+/// the documented matrix.
+fn failure_matrix(
+    factory: Arc<dyn BackendFactory>,
+) -> BoxFuture<'static, std::result::Result<(), String>> {
+    Box::pin(async move {
+        let masters = factory.servers().map(|s| s.nodes()).unwrap_or(0);
+        let redis = deployment(masters).ok_or("no such deployment")?;
+        let documented = documented();
+        let mut wrong = Vec::new();
+        for &fault in FAULTS {
+            let report = fault_case(factory.clone(), fault, redis.clone()).await;
+            if let Err(e) = tenure_conformance::report::record(&report) {
+                eprintln!("cannot write the conformance report: {e}");
+            }
+            if let tenure_conformance::Outcome::Skipped(why) = &report.outcome {
+                wrong.push(format!("{fault}: skipped ({why})"));
+                continue;
+            }
+            // A case that failed for any reason but the two it measures
+            // measured nothing.
+            if let tenure_conformance::Outcome::Fail(why) = &report.outcome {
+                if !why.starts_with("exclusive") && !why.starts_with("fencing") {
+                    wrong.push(format!("{fault}: {why}"));
+                    continue;
+                }
+            }
+            let measured = Outcome {
+                overlap: report.figures.overlaps.unwrap_or(0) > 0,
+                stale_write: report.figures.stale_writes_accepted.unwrap_or(0) > 0,
+            };
+            println!("{masters} master(s), {fault}: {measured:?}");
+            match documented.get(fault).and_then(|row| row.get(&masters)) {
+                Some(doc) if *doc == measured => {}
+                Some(doc) => wrong.push(format!(
+                    "{fault} on {masters} master(s): measured {measured:?}, documented {doc:?}"
+                )),
+                None => wrong.push(format!("{fault}: not in the README's matrix")),
+            }
+        }
+        if documented.len() != FAULTS.len() {
+            wrong.push(format!(
+                "the README's matrix has {} rows, the suite runs {} faults",
+                documented.len(),
+                FAULTS.len()
+            ));
+        }
+        if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(wrong.join("\n"))
+        }
+    })
+}
+
+/// The deployments, shared by the suite's targets and the matrix trials.
+fn deployments() -> &'static std::sync::Mutex<BTreeMap<usize, Arc<RedisFactory>>> {
+    static D: OnceLock<std::sync::Mutex<BTreeMap<usize, Arc<RedisFactory>>>> = OnceLock::new();
+    D.get_or_init(Default::default)
+}
+
+fn deployment(masters: usize) -> Option<Arc<RedisFactory>> {
+    deployments().lock().unwrap().get(&masters).cloned()
+}
+
+async fn start(masters: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+    let factory = RedisFactory::start(masters, name).await;
+    deployments()
+        .lock()
+        .unwrap()
+        .insert(masters, factory.clone());
+    factory
+}
+
+/// Redis stores any key: no key breaks a key rule.
+const ANY_KEY: &str = "key_breaking_backend_rule_is_invalid_argument";
+
+/// Redlock has no tokens to keep increasing.
+const TOKENS_WIPED: &str = "token_increases_after_state_wiped";
+
+/// Redis keeps no history a waiting candidate resumes from.
+const HISTORY: &str = "standby_waits_through_history_compaction";
+
+/// Why Redlock may fail the restart case (when the restart is quicker than the TTL), as the README says it.
+const RESTART: (&str, &str) = (
+    "cluster_restart_tokens_keep_increasing",
+    "masters without persistence forget every lease when they restart: the next candidate \
+     is granted while the holder still believes it leads",
+);
+
+fn main() -> std::process::ExitCode {
+    tenure_conformance::run_targets(vec![
+        Target::new("single", || start(1, "redis-1master"))
+            .expect_skips(&[
+                ANY_KEY,
+                TOKENS_WIPED,
+                HISTORY,
+                "holders_server_node_paused_longer_than_ttl",
+                "servers_leader_paused_longer_than_ttl",
+                "server_node_killed_leader_survives_or_fails_over",
+            ])
+            .expect_broken(&[RESTART])
+            .with_trial("failure_matrix", failure_matrix),
+        Target::new("three", || start(3, "redis-3masters"))
+            .expect_skips(&[
+                ANY_KEY,
+                TOKENS_WIPED,
+                HISTORY,
+                "servers_leader_paused_longer_than_ttl",
+            ])
+            .expect_broken(&[RESTART])
+            .with_trial("failure_matrix", failure_matrix),
+    ])
+}

@@ -1,0 +1,871 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod master;
+mod scripts;
+mod url;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
+use redis::{IntoConnectionInfo, Value};
+use tokio::time::Instant;
+
+pub use redis;
+use tenure_core::hosted::spawn_cleanup;
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, Capabilities, ElectionKey, Error,
+    HostedBackend, LeaderEvent, LeaderInfo, Lease, LeaseHandle, Result,
+};
+
+use master::{Master, NodeError};
+use scripts::Scripts;
+
+const BACKEND: &str = "redis";
+
+/// Options for a [`RedlockBackend`]; see [`RedlockBuilder`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RedlockOptions {
+    /// Put before every election key; default `"tenure:"`.
+    pub key_prefix: String,
+    /// How long one master may take to answer one call, as a fraction of
+    /// the lease's TTL; default 1/3. A master slower than that counts as
+    /// not answering (Redlock's per-node timeout, small against the TTL).
+    pub node_timeout_fraction: f64,
+    /// How long connecting to one master may take; default 2 s.
+    pub connect_timeout: Duration,
+    /// How often a watch looks at a vacant key when no release message
+    /// arrives (a subscription lost to a master's restart); default 250 ms.
+    pub watch_poll: Duration,
+}
+
+impl Default for RedlockOptions {
+    fn default() -> Self {
+        RedlockOptions {
+            key_prefix: "tenure:".into(),
+            node_timeout_fraction: 1.0 / 3.0,
+            connect_timeout: Duration::from_secs(2),
+            watch_poll: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Builds a [`RedlockBackend`]. [`connect`](Self::connect) refuses to
+/// build one until [`accept_unfenced`](Self::accept_unfenced) was called.
+#[derive(Debug)]
+#[must_use]
+pub struct RedlockBuilder {
+    masters: Vec<String>,
+    password: Option<(Option<String>, String)>,
+    options: RedlockOptions,
+    unfenced_accepted: bool,
+}
+
+impl RedlockBuilder {
+    /// States that you know Redlock cannot fence: no token can make a
+    /// store refuse the writes of a leader that lost its lease behind its
+    /// back (a master restarted without persistence, a paused process, a
+    /// clock that jumped). Required; see the crate documentation.
+    pub fn accept_unfenced(mut self) -> Self {
+        self.unfenced_accepted = true;
+        self
+    }
+
+    /// Sets the options.
+    pub fn options(mut self, options: RedlockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Authenticates with `password` (and `username`, for Redis ACL users).
+    pub fn password(mut self, username: Option<String>, password: impl Into<String>) -> Self {
+        self.password = Some((username, password.into()));
+        self
+    }
+
+    /// Checks the settings, then connects to every master; fails unless a
+    /// majority of them could be reached. Masters that could not be are
+    /// tried again on every call.
+    pub async fn connect(self) -> Result<RedlockBackend> {
+        if !self.unfenced_accepted {
+            return Err(Error::invalid(
+                "accept_unfenced",
+                "Redlock cannot issue fencing tokens: a leader that lost its lease without \
+                 knowing (a master restarted without persistence, a process paused past its \
+                 deadline) can write beside the next one, and no store can refuse it; call \
+                 RedlockBuilder::accept_unfenced() (URL: ?unfenced=accept) if a duplicate run \
+                 is acceptable for your job",
+            ));
+        }
+        if self.masters.is_empty() {
+            return Err(Error::invalid("masters", "at least one master is required"));
+        }
+        if self.masters.len() % 2 == 0 {
+            return Err(Error::invalid(
+                "masters",
+                format!(
+                    "{} masters: Redlock needs an odd number (1, 3, 5) of independent masters",
+                    self.masters.len()
+                ),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = self.masters.iter().find(|m| !seen.insert(m.as_str())) {
+            return Err(Error::invalid(
+                "masters",
+                format!("{dup} is listed twice: each master must be independent"),
+            ));
+        }
+        let f = self.options.node_timeout_fraction;
+        if !(f > 0.0 && f < 1.0) {
+            return Err(Error::invalid(
+                "node_timeout_fraction",
+                format!("{f} must be above 0 and below 1"),
+            ));
+        }
+        if self.options.connect_timeout.is_zero() {
+            return Err(Error::invalid(
+                "connect_timeout",
+                "must be greater than zero",
+            ));
+        }
+        if self.options.watch_poll.is_zero() {
+            return Err(Error::invalid("watch_poll", "must be greater than zero"));
+        }
+        let mut masters = Vec::with_capacity(self.masters.len());
+        for addr in &self.masters {
+            let (host, port) = split_host_port(addr)?;
+            let mut settings = redis::RedisConnectionInfo::default();
+            if let Some((username, password)) = &self.password {
+                if let Some(username) = username {
+                    settings = settings.set_username(username);
+                }
+                settings = settings.set_password(password);
+            }
+            let info = (host.as_str(), port)
+                .into_connection_info()
+                .map_err(|e| Error::invalid("masters", format!("{addr}: {e}")))?
+                .set_redis_settings(settings);
+            let client = redis::Client::open(info)
+                .map_err(|e| Error::invalid("masters", format!("{addr}: {e}")))?;
+            masters.push(Master::new(
+                addr.clone(),
+                client,
+                self.options.connect_timeout,
+            ));
+        }
+        let backend = RedlockBackend {
+            inner: Arc::new(Inner {
+                quorum: masters.len() / 2 + 1,
+                masters,
+                scripts: Scripts::new(),
+                options: self.options,
+            }),
+        };
+        backend.connect_all().await?;
+        Ok(backend)
+    }
+}
+
+fn split_host_port(addr: &str) -> Result<(String, u16)> {
+    let bad = |why: &str| Error::invalid("masters", format!("{addr:?}: {why}"));
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| bad("expected host:port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad("the host is empty"));
+    }
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| bad("the port is not a number from 1 to 65535"))?;
+    if port == 0 {
+        return Err(bad("the port is not a number from 1 to 65535"));
+    }
+    Ok((host.to_owned(), port))
+}
+
+/// Leader election on Redis with the Redlock algorithm, over 1, 3 or 5
+/// independent masters (no replication between them).
+///
+/// **It cannot fence**: leases carry no token. Building one requires
+/// [`RedlockBuilder::accept_unfenced`], and an `Elector` over it requires
+/// `ElectorBuilder::allow_unfenced`. See the crate documentation for what
+/// that costs.
+#[derive(Clone)]
+pub struct RedlockBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    masters: Vec<Master>,
+    quorum: usize,
+    scripts: Scripts,
+    options: RedlockOptions,
+}
+
+impl std::fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("masters", &self.inner.masters)
+            .field("quorum", &self.inner.quorum)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+/// What a Redlock lease carries: the key as stored and our random value.
+#[derive(Clone, Debug)]
+struct RedlockLease {
+    key: String,
+    value: String,
+}
+
+/// How one attempt to take the key on every master ended.
+enum Attempt {
+    Granted(Lease),
+    /// Not granted. `holder`: the value found on the most masters that
+    /// answered, if any; `free_in`: when a majority of masters should be
+    /// free again, judged from their answers (`None` when too few answered).
+    NotGranted {
+        holder: Option<String>,
+        free_in: Option<Duration>,
+        failures: Vec<String>,
+    },
+}
+
+/// The drift allowance Redlock prescribes: 1 % of the TTL plus 2 ms, for the
+/// masters' clocks running at rates a little apart from ours.
+pub fn redlock_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+impl RedlockBackend {
+    /// Starts building a backend over `masters` (`"host:port"` each).
+    pub fn builder<S: AsRef<str>>(masters: &[S]) -> RedlockBuilder {
+        RedlockBuilder {
+            masters: masters.iter().map(|m| m.as_ref().to_owned()).collect(),
+            password: None,
+            options: RedlockOptions::default(),
+            unfenced_accepted: false,
+        }
+    }
+
+    /// Connects from a URL:
+    /// `redis://[user:password@]host:port[,host:port...][/prefix]?unfenced=accept`.
+    /// The path, if any, is the key prefix (`/jobs` puts `billing` at
+    /// `jobs:billing`; default `tenure:`). `unfenced=accept` is required;
+    /// `node_timeout_fraction`, `connect_timeout` (`2s`, `500ms`) and
+    /// `watch_poll` are optional.
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        url::parse(url)?.connect().await
+    }
+
+    /// The number of masters that must agree.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// Connects to every master at once; fails unless a majority answered.
+    async fn connect_all(&self) -> Result<()> {
+        let this = self.clone();
+        tenure_core::on_heartbeat_runtime(BACKEND, async move {
+            let timeout = this.inner.options.connect_timeout;
+            let this = &this;
+            let mut calls: FuturesUnordered<_> = this
+                .inner
+                .masters
+                .iter()
+                .map(|m| async move {
+                    let look = this.inner.scripts.look.key("tenure:connect-check");
+                    (m, m.invoke(&look, timeout).await)
+                })
+                .collect();
+            let mut failures = Vec::new();
+            while let Some((m, answer)) = calls.next().await {
+                if let Err(e) = answer {
+                    failures.push(format!("{}: {e}", m.addr));
+                }
+            }
+            let reached = this.inner.masters.len() - failures.len();
+            if reached < this.inner.quorum {
+                return Err(unavailable(format!(
+                    "reached {reached} of {} masters, {} needed: {}",
+                    this.inner.masters.len(),
+                    this.inner.quorum,
+                    failures.join("; ")
+                )));
+            }
+            for failure in failures {
+                tracing::warn!(%failure, "a Redis master is unreachable; it is tried again on every call");
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    fn redis_key(&self, key: &ElectionKey) -> String {
+        format!("{}{}", self.inner.options.key_prefix, key.as_str())
+    }
+
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.inner.options.node_timeout_fraction)
+            .max(Duration::from_millis(1))
+    }
+
+    /// One Redlock round: `SET NX PX` with a fresh random value on the
+    /// masters, granted once a majority said yes while the lease, counted
+    /// from the send, is still valid. Whatever was taken of a round that
+    /// failed is released on every master.
+    ///
+    /// The first master that has not failed lately is asked first, alone
+    /// (the gate): of candidates racing for a free key only the one it
+    /// grants goes on to the others, so a hundred waiters woken by one
+    /// release do not split the masters' votes among them and all back
+    /// off (a livelock measured here without it). The others are then asked
+    /// in parallel. Safety is Redlock's all the same: a majority must grant.
+    async fn attempt(&self, candidacy: &Candidacy) -> Attempt {
+        let key = self.redis_key(candidacy.key());
+        let value = format!("{}:{}", random_hex(), candidacy.identity().as_str());
+        let ttl_ms = candidacy.ttl().as_millis() as u64;
+        let timeout = self.node_timeout(candidacy.ttl());
+        let n = self.inner.masters.len();
+        let quorum = self.inner.quorum;
+        // Releases whatever this round took unless it is disarmed: on a
+        // failed round, and if the caller drops the round midway.
+        let mut undo = Undo {
+            backend: self.clone(),
+            key: key.clone(),
+            value: value.clone(),
+            timeout,
+            armed: true,
+        };
+        let call = |i: usize| {
+            let (key, value) = (&key, &value);
+            let m = &self.inner.masters[i];
+            async move {
+                let mut call = self.inner.scripts.acquire.key(key.as_str());
+                call.arg(value.as_str()).arg(ttl_ms).arg(key.as_str());
+                let answer = m.invoke(&call, timeout).await;
+                (m, answer.and_then(acquire_answer))
+            }
+        };
+        let (mut granted, mut refused) = (0, 0);
+        let mut holders: Vec<(String, Duration)> = Vec::new();
+        let mut failures = Vec::new();
+        let sent_at = Instant::now();
+        let gate = (n > 1)
+            .then(|| self.inner.masters.iter().position(Master::trusted))
+            .flatten();
+        if let Some(g) = gate {
+            match call(g).await {
+                (_, Ok(None)) => granted += 1,
+                (_, Ok(Some((holder, left)))) => {
+                    // Refused at the gate: nothing was taken anywhere.
+                    undo.armed = false;
+                    return Attempt::NotGranted {
+                        holder: Some(holder),
+                        free_in: Some(left),
+                        failures,
+                    };
+                }
+                (m, Err(e)) => failures.push(format!("{}: {e}", m.addr)),
+            }
+        }
+        let mut calls: FuturesUnordered<_> = self
+            .inner
+            .masters
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != gate)
+            .map(|(i, _)| call(i))
+            .collect();
+        let mut outstanding = calls.len();
+        while granted < quorum && n - refused - failures.len() >= quorum {
+            let Some((m, answer)) = calls.next().await else {
+                break;
+            };
+            outstanding -= 1;
+            match answer {
+                Ok(None) => granted += 1,
+                Ok(Some((holder, left))) => {
+                    refused += 1;
+                    holders.push((holder, left));
+                }
+                Err(e) => failures.push(format!("{}: {e}", m.addr)),
+            }
+        }
+        // Masters still to answer are left: their SET either lands (and is
+        // released or renewed with the rest) or not.
+        drop(calls);
+        if granted >= quorum {
+            let lease = Lease::new(
+                candidacy.clone(),
+                None,
+                sent_at,
+                LeaseHandle::new(RedlockLease {
+                    key: key.clone(),
+                    value,
+                }),
+            )
+            .with_expiry_lead(redlock_drift(candidacy.ttl()));
+            if lease.is_valid() {
+                undo.armed = false;
+                return Attempt::Granted(lease);
+            }
+            failures.push(format!(
+                "a majority granted, but only after the lease's validity ({:?}) had run out",
+                lease.valid_until() - sent_at
+            ));
+        }
+        // Undo only what may have been taken: a grant, an unanswered call
+        // (its SET may have landed), or a call still in flight.
+        undo.armed = granted > 0 || !failures.is_empty() || outstanding > 0;
+        // When could a majority be free again: masters that were ours are
+        // released now; held ones free when their key expires (or sooner,
+        // on a release); unanswered ones are unknown.
+        let mut free: Vec<Duration> = std::iter::repeat_n(Duration::ZERO, granted)
+            .chain(holders.iter().map(|(_, left)| *left))
+            .collect();
+        free.sort();
+        let free_in = free
+            .get(quorum - 1)
+            .or_else(|| holders.iter().map(|(_, left)| left).max())
+            .copied();
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for (holder, _) in holders {
+            match counts.iter_mut().find(|(h, _)| *h == holder) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((holder, 1)),
+            }
+        }
+        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        Attempt::NotGranted {
+            holder: counts.into_iter().next().map(|(h, _)| h),
+            free_in,
+            failures,
+        }
+    }
+
+    /// Runs `RELEASE` for `value` on every master, for at most `timeout`
+    /// each; how many deleted it or no longer had it, and what failed.
+    async fn release_everywhere(
+        &self,
+        key: &str,
+        value: &str,
+        timeout: Duration,
+    ) -> (usize, Vec<String>) {
+        let calls: FuturesUnordered<_> = self
+            .inner
+            .masters
+            .iter()
+            .map(|m| async move {
+                let mut call = self.inner.scripts.release.key(key);
+                call.arg(value).arg(key);
+                (m, m.invoke(&call, timeout).await)
+            })
+            .collect();
+        let answers: Vec<_> = calls.collect().await;
+        let mut done = 0;
+        let mut failures = Vec::new();
+        for (m, answer) in answers {
+            match answer {
+                Ok(_) => done += 1,
+                Err(e) => failures.push(format!("{}: {e}", m.addr)),
+            }
+        }
+        (done, failures)
+    }
+
+    async fn acquire_waiting(&self, candidacy: &Candidacy) -> Result<Acquisition> {
+        let key = self.redis_key(candidacy.key());
+        let timeout = self.node_timeout(candidacy.ttl());
+        let mut wake = self.subscribe(&key, timeout).await;
+        loop {
+            let pause = match self.attempt(candidacy).await {
+                Attempt::Granted(lease) => return Ok(Acquisition::Granted(lease)),
+                // Held: try again when a majority should be free, or at a
+                // release message, whichever comes first.
+                Attempt::NotGranted {
+                    holder: Some(_),
+                    free_in: Some(free_in),
+                    ..
+                } => free_in + jitter(Duration::from_millis(3)),
+                // A split vote (candidates took a minority each) or a
+                // failure: a random pause, as Redlock prescribes.
+                Attempt::NotGranted { failures, .. } => {
+                    if !failures.is_empty() {
+                        tracing::debug!(failures = %failures.join("; "), "no majority; retrying");
+                    }
+                    Duration::from_millis(2) + jitter(candidacy.ttl() / 20)
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                message = wake.next() => {
+                    if message.is_none() {
+                        // Every subscription ended (masters restarted): subscribe again.
+                        tokio::time::sleep(pause.min(timeout)).await;
+                        wake = self.subscribe(&key, timeout).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Subscribes to `channel` on every master that answers in time; one
+    /// merged stream of wake-ups.
+    async fn subscribe(&self, channel: &str, timeout: Duration) -> BoxStream<'static, ()> {
+        let subscriptions = futures::future::join_all(
+            self.inner
+                .masters
+                .iter()
+                .map(|m| m.subscribe(channel, timeout)),
+        )
+        .await;
+        futures::stream::select_all(subscriptions.into_iter().flatten()).boxed()
+    }
+
+    async fn renew_inner(&self, lease: &Lease) -> Result<Lease> {
+        let state = state_of(lease)?;
+        let timeout = self.node_timeout(lease.ttl());
+        let ttl_ms = lease.ttl().as_millis() as u64;
+        let n = self.inner.masters.len();
+        let quorum = self.inner.quorum;
+        let sent_at = Instant::now();
+        let mut calls: FuturesUnordered<_> = self
+            .inner
+            .masters
+            .iter()
+            .map(|m| {
+                let state = &state;
+                async move {
+                    let mut call = self.inner.scripts.extend.key(state.key.as_str());
+                    call.arg(state.value.as_str()).arg(ttl_ms);
+                    (m, m.invoke(&call, timeout).await)
+                }
+            })
+            .collect();
+        let (mut extended, mut gone) = (0, 0);
+        let mut failures = Vec::new();
+        while let Some((m, answer)) = calls.next().await {
+            match answer {
+                Ok(Value::Int(1)) => extended += 1,
+                Ok(Value::Int(0)) => gone += 1,
+                Ok(other) => failures.push(format!("{}: unexpected answer {other:?}", m.addr)),
+                Err(e) => failures.push(format!("{}: {e}", m.addr)),
+            }
+            if extended >= quorum || n - gone < quorum {
+                break;
+            }
+        }
+        drop(calls);
+        if extended >= quorum {
+            let renewed = lease.renewed(sent_at, lease.handle().clone());
+            if renewed.is_valid() {
+                return Ok(renewed);
+            }
+            return Err(Error::Timeout {
+                operation: "renew",
+                after: Instant::now() - sent_at,
+            });
+        }
+        if n - gone < quorum {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                format!(
+                    "{gone} of {n} masters no longer hold this lease's value: it expired or \
+                     was taken over"
+                ),
+            ));
+        }
+        Err(unavailable(format!(
+            "renewed on {extended} of {n} masters, {quorum} needed: {}",
+            failures.join("; ")
+        )))
+    }
+
+    async fn release_inner(&self, lease: &Lease) -> Result<()> {
+        let state = state_of(lease)?;
+        let timeout = self.node_timeout(lease.ttl());
+        let (done, failures) = self
+            .release_everywhere(&state.key, &state.value, timeout)
+            .await;
+        if done >= self.inner.quorum {
+            Ok(())
+        } else {
+            Err(unavailable(format!(
+                "released on {done} of {} masters, {} needed: {}",
+                self.inner.masters.len(),
+                self.inner.quorum,
+                failures.join("; ")
+            )))
+        }
+    }
+}
+
+/// Releases a round's value on every master when dropped armed.
+struct Undo {
+    backend: RedlockBackend,
+    key: String,
+    value: String,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (backend, key, value, timeout) = (
+            self.backend.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.value),
+            self.timeout,
+        );
+        spawn_cleanup(async move {
+            let (_, failures) = backend.release_everywhere(&key, &value, timeout).await;
+            if !failures.is_empty() {
+                tracing::debug!(
+                    failures = %failures.join("; "),
+                    "undoing a round that was not granted: some masters did not answer (their keys expire)"
+                );
+            }
+        });
+    }
+}
+
+/// `{1}` → `None` (granted); `{0, holder, pttl}` → who holds it, for how long.
+fn acquire_answer(value: Value) -> std::result::Result<Option<(String, Duration)>, NodeError> {
+    let unexpected = |v: &Value| {
+        NodeError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected answer to the acquire script",
+            format!("{v:?}"),
+        )))
+    };
+    let Value::Array(items) = &value else {
+        return Err(unexpected(&value));
+    };
+    match items.as_slice() {
+        [Value::Int(1)] => Ok(None),
+        [Value::Int(0), holder, pttl] => {
+            let holder = match holder {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                // Expired between SET and GET: free now.
+                _ => return Ok(Some((String::new(), Duration::ZERO))),
+            };
+            let left = match pttl {
+                Value::Int(ms) if *ms > 0 => Duration::from_millis(*ms as u64),
+                _ => Duration::ZERO,
+            };
+            Ok(Some((holder, left)))
+        }
+        _ => Err(unexpected(&value)),
+    }
+}
+
+/// The identity inside a stored value (`<40 hex>:<identity>`); a value
+/// that tenure did not write is shown whole.
+pub(crate) fn holder_of(value: &str) -> LeaderInfo {
+    let identity = match value.split_once(':') {
+        Some((random, identity)) if random.len() == 40 && !identity.is_empty() => identity,
+        _ => value,
+    };
+    LeaderInfo {
+        identity: CandidateId::new(identity)
+            .unwrap_or_else(|_| CandidateId::new("(unknown)").expect("a valid identity")),
+        token: None,
+    }
+}
+
+fn state_of(lease: &Lease) -> Result<RedlockLease> {
+    lease
+        .handle()
+        .get::<RedlockLease>()
+        .cloned()
+        .ok_or_else(|| Error::invalid("lease", "was not granted by the redis backend"))
+}
+
+fn random_hex() -> String {
+    let bytes: [u8; 20] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn jitter(max: Duration) -> Duration {
+    max.mul_f64(rand::random::<f64>())
+}
+
+fn unavailable(why: String) -> Error {
+    Error::Unavailable {
+        backend: BACKEND,
+        source: why.into(),
+    }
+}
+
+#[async_trait]
+impl HostedBackend for RedlockBackend {
+    const NAME: &'static str = BACKEND;
+
+    fn promises(&self) -> Capabilities {
+        let mut caps = Capabilities::new(false, false);
+        caps.tokens_survive_state_loss = false;
+        // Below this the per-master timeout and the drift allowance leave
+        // too little of the TTL to lead in.
+        caps.min_ttl = Duration::from_millis(100);
+        // Waiters retry when a majority's keys should have expired; a
+        // release message wakes them at once.
+        caps.expiry_slack = Duration::from_millis(10);
+        caps
+    }
+
+    async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        match mode {
+            AcquireMode::Wait => self.acquire_waiting(&candidacy).await,
+            AcquireMode::Once => match self.attempt(&candidacy).await {
+                Attempt::Granted(lease) => Ok(Acquisition::Granted(lease)),
+                Attempt::NotGranted {
+                    holder: Some(holder),
+                    ..
+                } if !holder.is_empty() => Ok(Acquisition::Held(holder_of(&holder))),
+                Attempt::NotGranted { failures, .. } => Err(unavailable(format!(
+                    "no majority of {} masters granted the key and none names a holder: {}",
+                    self.inner.masters.len(),
+                    if failures.is_empty() {
+                        "the key expired while it was being taken".to_owned()
+                    } else {
+                        failures.join("; ")
+                    }
+                ))),
+            },
+        }
+    }
+
+    async fn renew(&self, lease: Lease) -> Result<Lease> {
+        self.renew_inner(&lease).await
+    }
+
+    async fn release(&self, lease: Lease) -> Result<()> {
+        self.release_inner(&lease).await
+    }
+
+    async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        Ok(watch::start(self.clone(), self.redis_key(&key)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_value_names_its_holder() {
+        let v = format!("{}:replica-1", "a".repeat(40));
+        assert_eq!(holder_of(&v).identity.as_str(), "replica-1");
+        assert_eq!(
+            holder_of("someone-elses-lock").identity.as_str(),
+            "someone-elses-lock"
+        );
+        assert_eq!(holder_of("").identity.as_str(), "(unknown)");
+    }
+
+    #[test]
+    fn acquire_answers_are_read() {
+        assert!(matches!(
+            acquire_answer(Value::Array(vec![Value::Int(1)])),
+            Ok(None)
+        ));
+        let held = Value::Array(vec![
+            Value::Int(0),
+            Value::BulkString(b"x:y".to_vec()),
+            Value::Int(250),
+        ]);
+        let (holder, left) = acquire_answer(held).unwrap().unwrap();
+        assert_eq!((holder.as_str(), left), ("x:y", Duration::from_millis(250)));
+        assert!(acquire_answer(Value::Int(3)).is_err());
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms() {
+        assert_eq!(
+            redlock_drift(Duration::from_secs(1)),
+            Duration::from_millis(12)
+        );
+        assert_eq!(
+            redlock_drift(Duration::from_secs(10)),
+            Duration::from_millis(102)
+        );
+    }
+
+    #[tokio::test]
+    async fn building_without_the_opt_in_is_refused_before_any_connection() {
+        // Port 1 is never a Redis master: an attempt to connect would fail
+        // differently (unavailable), so the error proves nothing was tried.
+        let err = RedlockBackend::builder(&["127.0.0.1:1"])
+            .connect()
+            .await
+            .unwrap_err();
+        match err {
+            Error::InvalidArgument { field, reason } => {
+                assert_eq!(field, "accept_unfenced");
+                assert!(reason.contains("fencing"), "{reason}");
+            }
+            other => panic!("expected InvalidArgument naming accept_unfenced, got {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_master_lists_name_masters_before_any_connection() {
+        for masters in [
+            vec![],
+            vec!["a:1", "b:2"],
+            vec!["a:1", "a:1", "b:2"],
+            vec!["nohost"],
+            vec![":6379"],
+            vec!["h:0"],
+            vec!["h:99999"],
+        ] {
+            let err = RedlockBackend::builder(&masters)
+                .accept_unfenced()
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidArgument {
+                        field: "masters",
+                        ..
+                    }
+                ),
+                "{masters:?}: {err}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_majority_is_unavailable_and_names_the_masters() {
+        // Nothing listens on these loopback ports.
+        let closed: Vec<String> = (0..3)
+            .map(|_| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                l.local_addr().unwrap().to_string()
+            })
+            .collect();
+        let err = RedlockBackend::builder(&closed)
+            .accept_unfenced()
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        let text = err.to_string();
+        for addr in &closed {
+            assert!(text.contains(addr.as_str()), "{text} names {addr}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Watching a key: a look at every master whenever a message says it
+//! changed, when the holder's keys should expire, and every `watch_poll`
+//! as a backstop. Reports what a majority of masters hold.
+
+use std::time::Duration;
+
+use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
+use redis::Value;
+use tenure_core::{LeaderEvent, Result};
+use tokio_stream::wrappers::WatchStream;
+
+use crate::{holder_of, RedlockBackend};
+
+/// How long one master may take to answer a look.
+const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub(crate) fn start(
+    backend: RedlockBackend,
+    key: String,
+) -> BoxStream<'static, Result<LeaderEvent>> {
+    let (tx, rx) = tokio::sync::watch::channel::<Option<LeaderEvent>>(None);
+    tenure_core::heartbeat_runtime().spawn(run(backend, key, tx));
+    WatchStream::new(rx)
+        .filter_map(|event| futures::future::ready(event.map(Ok)))
+        .boxed()
+}
+
+async fn run(
+    backend: RedlockBackend,
+    key: String,
+    tx: tokio::sync::watch::Sender<Option<LeaderEvent>>,
+) {
+    let poll = backend.inner.options.watch_poll;
+    let mut wake = backend.subscribe(&key, LOOK_TIMEOUT).await;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        let pause = match look(&backend, &key).await {
+            Some((event, free_in)) => {
+                tx.send_if_modified(|current| {
+                    if current.as_ref() == Some(&event) {
+                        return false;
+                    }
+                    *current = Some(event);
+                    true
+                });
+                free_in.map_or(poll, |d| (d + Duration::from_millis(1)).min(poll * 4))
+            }
+            None => poll,
+        };
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = tokio::time::sleep(pause) => {}
+            message = wake.next() => {
+                if message.is_none() {
+                    tokio::time::sleep(poll).await;
+                    wake = backend.subscribe(&key, LOOK_TIMEOUT).await;
+                }
+            }
+        }
+    }
+}
+
+/// What a majority of masters hold now, and when that should change by
+/// expiry; `None` if too few masters answered to tell.
+pub(crate) async fn look(
+    backend: &RedlockBackend,
+    key: &str,
+) -> Option<(LeaderEvent, Option<Duration>)> {
+    let inner = &backend.inner;
+    let (n, quorum) = (inner.masters.len(), inner.quorum);
+    let mut calls: FuturesUnordered<_> = inner
+        .masters
+        .iter()
+        .map(|m| async move {
+            let call = inner.scripts.look.key(key);
+            m.invoke(&call, LOOK_TIMEOUT).await
+        })
+        .collect();
+    // value -> the time left on each master holding it
+    let mut held: Vec<(String, Vec<Duration>)> = Vec::new();
+    let (mut free, mut answered) = (0, 0);
+    while let Some(answer) = calls.next().await {
+        let Ok(Value::Array(items)) = answer else {
+            continue;
+        };
+        answered += 1;
+        match items.as_slice() {
+            [Value::BulkString(value), pttl] => {
+                let value = String::from_utf8_lossy(value).into_owned();
+                let left = match pttl {
+                    Value::Int(ms) if *ms > 0 => Duration::from_millis(*ms as u64),
+                    _ => Duration::ZERO,
+                };
+                match held.iter_mut().find(|(v, _)| *v == value) {
+                    Some((_, lefts)) => lefts.push(left),
+                    None => held.push((value, vec![left])),
+                }
+            }
+            _ => free += 1,
+        }
+        if let Some((value, lefts)) = held.iter_mut().find(|(_, l)| l.len() >= quorum) {
+            // Held while a majority keeps it: until the (count - quorum + 1)th
+            // of its masters lets it expire.
+            lefts.sort();
+            let free_in = lefts[lefts.len() - quorum];
+            return Some((LeaderEvent::Elected(holder_of(value)), Some(free_in)));
+        }
+        let best = held.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+        if best + (n - answered) < quorum {
+            let _ = free;
+            return Some((LeaderEvent::Vacant, None));
+        }
+    }
+    None
+}
