@@ -1,0 +1,234 @@
+//! Redlock against real Redis masters in containers, each behind a fault
+//! proxy of its own: a minority of masters is not enough, a lease's
+//! validity shrinks by the time its round took and by Redlock's drift, and
+//! the figures the note quotes (acquire and hand-over on 3 masters).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_conformance::harness::{Cluster, Topology};
+use tenure_conformance::{Link, LinkFault, ProxyLink};
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaseBackend,
+};
+use tenure_redis::{redlock_drift, RedlockBackend, RedlockOptions};
+use tokio::time::Instant;
+
+/// Three masters, and a client of them whose link to each master is its own.
+struct Three {
+    cluster: Cluster,
+    links: Vec<Arc<ProxyLink>>,
+    client: RedlockBackend,
+}
+
+async fn three() -> Three {
+    let cluster = Cluster::start(Topology::Redis { masters: 3 })
+        .await
+        .expect("three redis masters");
+    let mut links = Vec::new();
+    let mut endpoints = Vec::new();
+    for node in cluster.nodes() {
+        let (link, addr) = ProxyLink::start(node.addr()).await.expect("a proxy");
+        links.push(link);
+        endpoints.push(addr.to_string());
+    }
+    let client = RedlockBackend::builder(&endpoints)
+        .accept_unfenced()
+        .connect()
+        .await
+        .expect("a client of three masters");
+    Three {
+        cluster,
+        links,
+        client,
+    }
+}
+
+fn candidacy(key: &str, who: &str, ttl: Duration) -> Candidacy {
+    Candidacy::new(
+        ElectionKey::new(key).unwrap(),
+        CandidateId::new(who).unwrap(),
+        ttl,
+    )
+    .unwrap()
+}
+
+/// Whether any master stores the key.
+async fn stored_anywhere(cluster: &Cluster, key: &str) -> bool {
+    let stored = format!("{}{key}", RedlockOptions::default().key_prefix);
+    for node in cluster.nodes() {
+        let client =
+            tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let n: u64 = tenure_redis::redis::cmd("EXISTS")
+            .arg(&stored)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if n > 0 {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_on_three_masters() {
+    let t = three().await;
+    let ttl = Duration::from_secs(1);
+
+    // --- A minority of masters reachable: not acquired, and nothing left.
+    for link in &t.links[..2] {
+        link.set(LinkFault::Blackhole).await.unwrap();
+    }
+    let c = candidacy("minority", "a", ttl);
+    match t.client.acquire(&c, AcquireMode::Once).await {
+        Err(e) => {
+            assert!(e.is_retryable(), "a minority is retryable: {e}");
+            assert!(e.to_string().contains("no majority"), "{e}");
+        }
+        Ok(Acquisition::Granted(lease)) => {
+            panic!("granted with one master of three reachable: {lease:?}")
+        }
+        Ok(Acquisition::Held(info)) => panic!("nobody holds the key, yet Held({info:?})"),
+    }
+    // A waiting acquire waits while only a minority answers …
+    let waiting = {
+        let client = t.client.clone();
+        let c = candidacy("minority", "a", ttl);
+        tokio::spawn(async move { client.acquire(&c, AcquireMode::Wait).await })
+    };
+    tokio::time::sleep(ttl).await;
+    assert!(
+        !waiting.is_finished(),
+        "granted by a minority while waiting"
+    );
+    // … and is granted once a majority answers again.
+    for link in &t.links[..2] {
+        link.set(LinkFault::Pass).await.unwrap();
+    }
+    let granted = tokio::time::timeout(ttl * 3, waiting)
+        .await
+        .expect("granted once a majority answers")
+        .unwrap()
+        .unwrap()
+        .granted()
+        .expect("granted");
+    t.client.release(&granted).await.unwrap();
+    // The rounds that failed left nothing behind (their keys were undone or
+    // have expired), and the release took the granted one.
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert!(!stored_anywhere(&t.cluster, "minority").await);
+
+    // --- Validity counts from the send, less the drift margins: answers
+    // held back 100 ms shrink it by at least that much.
+    let hold = Duration::from_millis(100);
+    for link in &t.links {
+        link.set(LinkFault::DelayAnswers(hold)).await.unwrap();
+    }
+    let c = candidacy("validity", "a", ttl);
+    let before = Instant::now();
+    let lease = t
+        .client
+        .acquire(&c, AcquireMode::Once)
+        .await
+        .unwrap()
+        .granted()
+        .expect("a vacant key");
+    let after = Instant::now();
+    let full = ttl - c.drift_margin() - redlock_drift(ttl);
+    assert_eq!(lease.expiry_lead(), redlock_drift(ttl));
+    assert!(lease.sent_at() >= before && lease.sent_at() <= before + hold);
+    assert_eq!(lease.valid_until(), lease.sent_at() + full);
+    assert!(
+        lease.valid_until() <= after + full - hold,
+        "the {:?} the answers took must come off the validity",
+        after - before
+    );
+    let before = Instant::now();
+    let renewed = t.client.renew(&lease).await.unwrap();
+    assert!(renewed.sent_at() >= before);
+    assert_eq!(renewed.valid_until(), renewed.sent_at() + full);
+    assert!(renewed.valid_until() <= Instant::now() + full - hold);
+    for link in &t.links {
+        link.set(LinkFault::Pass).await.unwrap();
+    }
+    t.client.release(&renewed).await.unwrap();
+
+    // --- The Elector refuses Redlock without the opt-in.
+    let refused = Elector::builder(Arc::new(t.client.clone()))
+        .key("elector")
+        .identity("a")
+        .ttl(ttl)
+        .build();
+    assert!(matches!(
+        refused.map(drop),
+        Err(Error::InvalidArgument {
+            field: "allow_unfenced",
+            ..
+        })
+    ));
+
+    // --- Figures: uncontended acquire, and hand-over to a waiting standby.
+    let standby = RedlockBackend::builder(&t.cluster.endpoints())
+        .accept_unfenced()
+        .connect()
+        .await
+        .unwrap();
+    let direct = RedlockBackend::builder(&t.cluster.endpoints())
+        .accept_unfenced()
+        .connect()
+        .await
+        .unwrap();
+    let mut acquires = Vec::new();
+    for i in 0..200 {
+        let c = candidacy(&format!("uncontended-{i}"), "a", ttl);
+        let start = Instant::now();
+        let lease = direct
+            .acquire(&c, AcquireMode::Once)
+            .await
+            .unwrap()
+            .granted()
+            .unwrap();
+        acquires.push(start.elapsed());
+        direct.release(&lease).await.unwrap();
+    }
+    let mut handovers = Vec::new();
+    for i in 0..50 {
+        let key = format!("handover-{i}");
+        let lease = direct
+            .acquire(&candidacy(&key, "a", ttl), AcquireMode::Once)
+            .await
+            .unwrap()
+            .granted()
+            .unwrap();
+        let waiter = {
+            let standby = standby.clone();
+            let c = candidacy(&key, "b", ttl);
+            tokio::spawn(async move {
+                let lease = standby.acquire(&c, AcquireMode::Wait).await.unwrap();
+                (Instant::now(), lease.granted().unwrap())
+            })
+        };
+        // Until the standby is subscribed and has been refused once.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let released = Instant::now();
+        direct.release(&lease).await.unwrap();
+        let (granted_at, lease) = waiter.await.unwrap();
+        handovers.push(granted_at - released);
+        standby.release(&lease).await.unwrap();
+    }
+    let p = |samples: &mut Vec<Duration>, q: f64| {
+        samples.sort();
+        samples[((samples.len() - 1) as f64 * q).round() as usize]
+    };
+    let (a50, a99) = (p(&mut acquires, 0.5), p(&mut acquires, 0.99));
+    let (h50, h99) = (p(&mut handovers, 0.5), p(&mut handovers, 0.99));
+    println!(
+        "3 masters: uncontended acquire p50 {a50:?} p99 {a99:?} (200); \
+         hand-over after release p50 {h50:?} p99 {h99:?} (50)"
+    );
+    // Loose bounds, so that a polling standby or a serial round fails.
+    assert!(a50 < Duration::from_millis(20), "acquire p50 {a50:?}");
+    assert!(h50 < Duration::from_millis(25), "hand-over p50 {h50:?}");
+}
