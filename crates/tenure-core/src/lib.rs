@@ -11,6 +11,8 @@ pub mod hosted;
 mod lease;
 pub mod memory;
 mod types;
+#[path = "url.rs"]
+pub mod backend_url;
 
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
