@@ -2,26 +2,34 @@
 
 use std::sync::Arc;
 
+use tenure_core::backend_url::redacted;
 use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 
-/// A backend client from a URL, by scheme:
+/// A backend client from a URL. Every backend's URL has one grammar
+/// ([`tenure_core::backend_url`]):
 ///
-/// - `memory://`: an in-process memory server of its own (tests, demos:
-///   only the candidates of this one client share it);
-/// - `etcd://host:port[,host:port...][/key/prefix/]` (feature `etcd`);
-/// - `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N&tick_time_ms=N]`
-///   (feature `zookeeper`);
-/// - `kube://[/path/to/kubeconfig][?namespace=ns&context=name]` (feature
-///   `kube`; the default kubeconfig, else the in-cluster service account);
-/// - `redis://[user:password@]host:port[,host:port...][/prefix]?unfenced=accept`
-///   (feature `redis`; Redlock over 1, 3 or 5 independent masters, which
-///   cannot fence: `unfenced=accept` is required, and an Elector over it
-///   needs `ElectorBuilder::allow_unfenced`).
+/// ```text
+/// scheme://[user:password@]host[:port][,host[:port]...][/path][?name=value&...]
+/// ```
+///
+/// user and password percent-encoded where needed (`p%40ss` for `p@ss`;
+/// never shown in errors), hosts separated by commas, durations written
+/// `500ms` or `2s`, no parameter unknown to the backend or given twice. By
+/// scheme:
+///
+/// | URL | backend (cargo feature) | path | parameters |
+/// |---|---|---|---|
+/// | `memory://` | an in-process memory server of its own (tests, demos) | | |
+/// | `etcd://[user:pw@]h[:2379][,...][/prefix/]` | etcd (`etcd`); user:pw is etcd auth | key prefix, a directory | `request_timeout`, `connect_timeout`; `tls=true`, `ca=`, `cert=`, `key=` |
+/// | `etcds://...` | etcd over TLS (`etcd-tls`) | as etcd | as etcd |
+/// | `zk://[user:pw@]h[:2181][,...][/base]` | ZooKeeper (`zookeeper`); user:pw is digest auth | base path | `session_timeout_ms`, `tick_time_ms`, `request_timeout` |
+/// | `kube://[/path/to/kubeconfig]` | Kubernetes Leases (`kube`); TLS and auth come from the kubeconfig (default kubeconfig, else in-cluster) | kubeconfig file | `namespace`, `context`, `fencing` |
+/// | `redis://[user:pw@]h[:6379][,...][/prefix]` | Redlock over 1, 3 or 5 independent masters (`redis`) | key prefix | `unfenced=accept` (required: it cannot fence), `node_timeout_fraction`, `connect_timeout`, `watch_poll` |
 ///
 /// Each backend's `connect_url` documents its parameters. A URL whose
 /// scheme is unknown, or whose backend's cargo feature is off, is an
 /// [`Error::InvalidArgument`] naming `url` (and the feature), before any
-/// connection is tried.
+/// connection is tried; so is a malformed one (the backend's checks).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
@@ -32,14 +40,15 @@ use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 pub async fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
     match scheme(url)? {
         "memory" => Ok(Arc::new(MemoryBackend::new())),
-        "etcd" => etcd(url).await,
+        "etcd" | "etcds" => etcd(url).await,
         "zk" => zookeeper(url).await,
         "kube" => kube(url).await,
-        "redis" => redis(url).await,
+        "redis" | "rediss" => redis(url).await,
         other => Err(Error::invalid(
             "url",
             format!(
-                "{url:?}: unknown scheme {other:?}; expected memory://, etcd://, zk://, kube:// or redis://"
+                "{:?}: unknown scheme {other:?}; expected memory://, etcd://, etcds://, zk://, kube://, redis:// or rediss://",
+                redacted(url)
             ),
         )),
     }
@@ -52,7 +61,8 @@ fn scheme(url: &str) -> Result<&str> {
         _ => Err(Error::invalid(
             "url",
             format!(
-                "{url:?} has no scheme; expected memory://, etcd://, zk://, kube:// or redis://"
+                "{:?} has no scheme; expected memory://, etcd://, etcds://, zk://, kube://, redis:// or rediss://",
+                redacted(url)
             ),
         )),
     }
@@ -63,7 +73,10 @@ fn scheme(url: &str) -> Result<&str> {
 fn feature_off(url: &str, feature: &str) -> Error {
     Error::invalid(
         "url",
-        format!("{url:?} needs tenure's cargo feature `{feature}`, which is off"),
+        format!(
+            "{:?} needs tenure's cargo feature `{feature}`, which is off",
+            redacted(url)
+        ),
     )
 }
 
@@ -149,6 +162,14 @@ mod tests {
         let (field, message) = field_and_message(connect("etcd://").await.err().unwrap());
         assert_eq!(field, "url");
         assert!(message.contains("names no etcd endpoint"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_password_in_a_refused_url_is_hidden() {
+        for url in ["nope://u:s3cret@h:1", "u:s3cret@h:1"] {
+            let (_, message) = field_and_message(connect(url).await.err().unwrap());
+            assert!(!message.contains("s3cret"), "{message}");
+        }
     }
 
     #[cfg(feature = "redis")]

@@ -168,7 +168,7 @@ impl BackendUrl {
     /// an error if the URL names no host.
     pub fn endpoints(&self, default_port: u16) -> Result<Vec<String>> {
         if self.hosts.is_empty() {
-            return Err(self.invalid(format!("names no {} server", self.scheme)));
+            return Err(self.invalid(format!("names no {} endpoint (host[:port])", self.scheme)));
         }
         Ok(self
             .hosts
@@ -266,11 +266,10 @@ impl BackendUrl {
     }
 }
 
-/// `url` with the password of its userinfo, if any, replaced by `***`.
-fn redacted(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
+/// `url` with the password of its userinfo, if any, replaced by `***`: for
+/// messages about a URL that did not parse.
+pub fn redacted(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[start..];
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     match authority.rsplit_once('@') {
@@ -483,7 +482,7 @@ mod tests {
             assert!(why.contains(says), "{bad}: {why}");
         }
         let url = BackendUrl::parse("etcd:///p", &["etcd"]).unwrap();
-        assert!(reason(url.endpoints(1)).contains("names no etcd server"));
+        assert!(reason(url.endpoints(1)).contains("names no etcd endpoint"));
     }
 
     #[test]
@@ -511,6 +510,7 @@ mod tests {
             "etcd://u:s3%ZZcret@a",
             "etcd://u:s3cret@a#f",
             "etcx://u:s3cret@a",
+            "u:s3cret@a",
         ] {
             let why = reason(BackendUrl::parse(bad, &["etcd"]));
             assert!(

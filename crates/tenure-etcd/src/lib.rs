@@ -4,6 +4,7 @@
 mod election;
 mod error;
 mod keepalive;
+mod url;
 mod watch;
 
 use std::sync::Arc;
@@ -147,12 +148,31 @@ impl EtcdBackend {
         Ok(Self::from_client(client, options))
     }
 
-    /// Connects from a URL: `etcd://host:port[,host:port...][/key/prefix/]`.
-    /// The path, if any, is the key prefix, a directory: `/tenure` and
-    /// `/tenure/` both put the election `billing` under `tenure/billing/`.
+    /// Connects from a URL:
+    ///
+    /// ```text
+    /// etcd://[user:password@]host[:port][,host[:port]...][/key/prefix/][?params]
+    /// etcds://...   (TLS; the same as etcd://...?tls=true)
+    /// ```
+    ///
+    /// - hosts without a port get 2379;
+    /// - the path, if any, is the key prefix, a directory: `/tenure` and
+    ///   `/tenure/` both put the election `billing` under `tenure/billing/`;
+    /// - `user:password` (percent-encoded where needed): etcd's own
+    ///   authentication ([`ConnectOptions::with_user`]);
+    /// - `tls=true|false`; `ca=/path/ca.pem` to trust (else the system's
+    ///   roots); `cert=/path/client.pem&key=/path/client.key`, a client
+    ///   certificate (mTLS). TLS needs this crate's cargo feature `tls`
+    ///   (tenure's `etcd-tls`); without it a TLS URL is refused;
+    /// - `request_timeout=5s` ([`EtcdOptions::request_timeout`]),
+    ///   `connect_timeout=5s`.
+    ///
+    /// A bad URL, or an unknown parameter, is an [`Error::InvalidArgument`]
+    /// naming `url` (the password hidden), before any connection.
     pub async fn connect_url(url: &str) -> Result<Self> {
-        let (endpoints, prefix) = parse_url(url)?;
-        Self::connect(&endpoints, EtcdOptions::default().with_key_prefix(prefix)).await
+        let target = url::parse(url)?;
+        let options = target.options()?;
+        Self::connect(&target.endpoints, options).await
     }
 
     /// Wraps a client you built yourself. From `options` only the key prefix
@@ -394,63 +414,6 @@ impl Drop for RevokeOnDrop {
                     tracing::warn!(lease_id, %error, "could not withdraw a candidacy; its lease will expire");
                 }
             });
-        }
-    }
-}
-
-/// The endpoints and the key prefix of an `etcd://` URL; the prefix, if
-/// any, ends with `/`.
-fn parse_url(url: &str) -> Result<(Vec<String>, String)> {
-    let rest = url
-        .strip_prefix("etcd://")
-        .ok_or_else(|| Error::invalid("url", format!("{url:?} does not start with etcd://")))?;
-    let (hosts, path) = match rest.split_once('/') {
-        Some((hosts, path)) => (hosts, path),
-        None => (rest, ""),
-    };
-    let endpoints: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if endpoints.is_empty() {
-        return Err(Error::invalid(
-            "url",
-            format!("{url:?} names no etcd endpoint"),
-        ));
-    }
-    let prefix = match path {
-        "" => String::new(),
-        p if p.ends_with('/') => p.to_owned(),
-        p => format!("{p}/"),
-    };
-    Ok((endpoints, prefix))
-}
-
-#[cfg(test)]
-mod url_tests {
-    use super::parse_url;
-
-    #[test]
-    fn a_url_path_is_a_prefix_directory() {
-        let (endpoints, prefix) = parse_url("etcd://a:2379,b:2379/tenure").unwrap();
-        assert_eq!(endpoints, ["a:2379", "b:2379"]);
-        assert_eq!(prefix, "tenure/");
-        assert_eq!(parse_url("etcd://a:2379/tenure/").unwrap().1, "tenure/");
-        assert_eq!(parse_url("etcd://a:2379/x/y").unwrap().1, "x/y/");
-        assert_eq!(parse_url("etcd://a:2379/").unwrap().1, "");
-        assert_eq!(parse_url("etcd://a:2379").unwrap().1, "");
-    }
-
-    #[test]
-    fn a_bad_url_names_url() {
-        for url in ["http://a:2379", "etcd://", "etcd:///tenure", "etcd://,/"] {
-            match parse_url(url) {
-                Err(tenure_core::Error::InvalidArgument { field, .. }) => {
-                    assert_eq!(field, "url", "{url}")
-                }
-                other => panic!("{url}: {other:?}"),
-            }
         }
     }
 }
