@@ -1,0 +1,6 @@
+//! The peers: what people would otherwise pick, on the same servers.
+
+pub mod etcd_election;
+pub mod etcdctl;
+pub mod rslock;
+pub mod unavailable;
