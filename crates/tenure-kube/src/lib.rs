@@ -154,6 +154,10 @@ impl KubeLeaseBackend {
     /// clusters before Kubernetes 1.35 ([`Fencing`]). A malformed URL, or a
     /// kubeconfig file that cannot be read or has no such context, is
     /// [`Error::InvalidArgument`] naming `url`; nothing is sent meanwhile.
+    /// An unknown parameter, one given twice, a host or a user in the URL
+    /// are refused: the API server's address, TLS (its CA, client
+    /// certificates) and credentials (tokens, exec plugins) all come from
+    /// the kubeconfig or the in-cluster service account.
     pub async fn connect_url(url: &str) -> Result<Self> {
         let target = url::parse(url)?;
         let options = KubeOptions {

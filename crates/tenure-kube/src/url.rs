@@ -6,9 +6,14 @@
 //! - either with `?namespace=ns&context=name` (percent-encoded where needed)
 //!   and `fencing=lease-transitions` for clusters before Kubernetes 1.35
 //!   (default `fencing=resource-version`).
+//!
+//! The grammar is [`tenure_core::backend_url`]'s, without hosts or a user:
+//! the API server's address, TLS and credentials come from the kubeconfig
+//! (or the service account).
 
 use std::path::PathBuf;
 
+use tenure_core::backend_url::BackendUrl;
 use tenure_core::{Error, Result};
 
 use crate::Fencing;
@@ -30,28 +35,6 @@ fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
     Error::invalid("url", format!("{url:?}: {why}"))
 }
 
-/// `%XX` sequences decoded; anything else as it is.
-fn decode(url: &str, text: &str) -> Result<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| invalid(url, format!("bad percent-escape in {text:?}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| invalid(url, format!("{text:?} is not UTF-8 once decoded")))
-}
-
 /// Whether `name` is a DNS-1123 label (a namespace name).
 fn is_dns1123_label(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
@@ -63,81 +46,52 @@ fn is_dns1123_label(name: &str) -> bool {
 }
 
 /// Parses a `kube://` URL; every problem is `InvalidArgument` naming `url`.
-pub(crate) fn parse(url: &str) -> Result<Target> {
-    let rest = url
-        .strip_prefix("kube://")
-        .ok_or_else(|| invalid(url, "does not start with kube://"))?;
-    if rest.contains('#') {
-        return Err(invalid(url, "a kube URL has no fragment"));
+pub(crate) fn parse(text: &str) -> Result<Target> {
+    let mut url = BackendUrl::parse(text, &["kube"])?;
+    if let Some(host) = url.hosts().first() {
+        return Err(url.invalid(format!(
+            "names the host {:?}; a kube URL names a kubeconfig file (kube:///path/to/kubeconfig) or nothing (kube://)",
+            host.host
+        )));
     }
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if !host.is_empty() {
-        return Err(invalid(
-            url,
-            format!("names the host {host:?}; a kube URL names a kubeconfig file (kube:///path/to/kubeconfig) or nothing (kube://)"),
+    if url.user().is_some() || url.password().is_some() {
+        return Err(url.invalid(
+            "a kube URL carries no user or password: credentials come from the kubeconfig",
         ));
     }
-    let mut target = Target::default();
-    match path {
-        "" => {}
-        "/" => {
-            return Err(invalid(
-                url,
-                "the kubeconfig path is empty (write kube:// to use the default kubeconfig)",
-            ))
-        }
-        path => target.kubeconfig = Some(PathBuf::from(decode(url, path)?)),
+    if url.has_root_path() {
+        return Err(url.invalid(
+            "the kubeconfig path is empty (write kube:// to use the default kubeconfig)",
+        ));
     }
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| invalid(url, format!("parameter {pair:?} has no value")))?;
-        let value = decode(url, value)?;
-        if name == "fencing" {
-            let fencing = match value.as_str() {
-                "resource-version" => Fencing::ResourceVersion,
-                "lease-transitions" => Fencing::LeaseTransitions,
-                other => {
-                    return Err(invalid(
-                        url,
-                        format!(
-                            "fencing {other:?} is neither resource-version nor lease-transitions"
-                        ),
-                    ))
-                }
-            };
-            if target.fencing.replace(fencing).is_some() {
-                return Err(invalid(url, "parameter \"fencing\" is given twice"));
+    let mut target = Target {
+        kubeconfig: (!url.path().is_empty()).then(|| PathBuf::from(url.path())),
+        ..Target::default()
+    };
+    if let Some(fencing) = url.take("fencing")? {
+        target.fencing = Some(match fencing.as_str() {
+            "resource-version" => Fencing::ResourceVersion,
+            "lease-transitions" => Fencing::LeaseTransitions,
+            other => {
+                return Err(url.invalid(format!(
+                    "fencing {other:?} is neither resource-version nor lease-transitions"
+                )))
             }
-            continue;
-        }
-        let slot = match name {
-            "namespace" => {
-                if !is_dns1123_label(&value) {
-                    return Err(invalid(
-                        url,
-                        format!("namespace {value:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)"),
-                    ));
-                }
-                &mut target.namespace
-            }
-            "context" if !value.is_empty() => &mut target.context,
-            "context" => return Err(invalid(url, "context is empty")),
-            _ => {
-                return Err(invalid(
-                    url,
-                    format!("unknown parameter {name:?} (known: namespace, context, fencing)"),
-                ))
-            }
-        };
-        if slot.replace(value).is_some() {
-            return Err(invalid(url, format!("parameter {name:?} is given twice")));
-        }
+        });
     }
+    if let Some(namespace) = url.take("namespace")? {
+        if !is_dns1123_label(&namespace) {
+            return Err(url.invalid(format!(
+                "namespace {namespace:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)"
+            )));
+        }
+        target.namespace = Some(namespace);
+    }
+    match url.take("context")? {
+        Some(context) if context.is_empty() => return Err(url.invalid("context is empty")),
+        context => target.context = context,
+    }
+    url.finish(&["namespace", "context", "fencing"])?;
     Ok(target)
 }
 
@@ -224,6 +178,8 @@ mod tests {
             "kube:///k#frag",
             "kube:///k?fencing=transitions",
             "kube:///k?fencing=lease-transitions&fencing=resource-version",
+            "kube://u:pw@/k",
+            "kube:///k?token=abc",
         ] {
             assert_eq!(field(parse(bad)), Some("url"), "{bad}");
         }

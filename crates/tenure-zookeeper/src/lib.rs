@@ -6,6 +6,7 @@ mod error;
 mod held;
 mod latch;
 mod session;
+mod url;
 mod watch;
 
 use std::sync::Arc;
@@ -209,40 +210,25 @@ impl ZooKeeperBackend {
     }
 
     /// Connects from a URL:
-    /// `zk://host:port[,host:port...][/base/path][?session_timeout_ms=N&tick_time_ms=N]`.
+    ///
+    /// ```text
+    /// zk://[user:password@]host[:port][,host[:port]...][/base/path][?params]
+    /// ```
+    ///
+    /// - hosts without a port get 2181;
+    /// - the path is [`ZooKeeperOptions::base_path`];
+    /// - `user:password` (percent-encoded where needed): ZooKeeper digest
+    ///   authentication (`addauth digest user:password`);
+    /// - `session_timeout_ms` and `tick_time_ms` ([`ZooKeeperOptions`]):
+    ///   `6s`, `500ms`, or a plain number of milliseconds;
+    ///   `request_timeout=5s`;
+    /// - `tls=true` is refused: TLS to ZooKeeper is not supported yet.
+    ///
+    /// A bad URL, or an unknown parameter, is an [`Error::InvalidArgument`]
+    /// naming `url` (the password hidden), before any connection.
     pub async fn connect_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("zk://")
-            .ok_or_else(|| Error::invalid("url", format!("{url:?} does not start with zk://")))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (hosts, base) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        let mut options = ZooKeeperOptions::default().with_base_path(base);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("session_timeout_ms", ms)) => {
-                    let ms: u64 = ms.parse().map_err(|_| {
-                        Error::invalid("url", format!("session_timeout_ms={ms:?} is not a number"))
-                    })?;
-                    options = options.with_session_timeout(Duration::from_millis(ms));
-                }
-                Some(("tick_time_ms", ms)) => {
-                    let ms: u64 = ms.parse().map_err(|_| {
-                        Error::invalid("url", format!("tick_time_ms={ms:?} is not a number"))
-                    })?;
-                    options = options.with_tick_time(Duration::from_millis(ms));
-                }
-                _ => {
-                    return Err(Error::invalid(
-                        "url",
-                        format!("{url:?}: unknown parameter {pair:?}"),
-                    ))
-                }
-            }
-        }
-        Self::connect(hosts, options).await
+        let (hosts, options) = url::parse(url)?;
+        Self::connect(&hosts, options).await
     }
 
     /// The current session's client (a new session if the last one ended).
