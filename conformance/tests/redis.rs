@@ -4,7 +4,7 @@
 //! whether two candidates' validity intervals overlapped and whether a
 //! deposed holder's write got into a store that has no token to check. The
 //! measured matrix must equal the one documented in
-//! `crates/tenure-redis/README.md`. Reports:
+//! `crates/tenure-redis/README.md` and the top README. Reports:
 //! `target/conformance/redis-1master.md`, `redis-3masters.md`.
 
 use std::collections::BTreeMap;
@@ -378,10 +378,17 @@ impl<T, E: std::fmt::Display> Ctx<T> for std::result::Result<T, E> {
     }
 }
 
-/// The matrix as `crates/tenure-redis/README.md` documents it: fault →
-/// (masters → outcome).
-fn documented() -> BTreeMap<String, BTreeMap<usize, Outcome>> {
-    let readme = include_str!("../../crates/tenure-redis/README.md");
+/// The READMEs that document the matrix: the crate's and the top one.
+const READMES: &[(&str, &str)] = &[
+    (
+        "crates/tenure-redis/README.md",
+        include_str!("../../crates/tenure-redis/README.md"),
+    ),
+    ("README.md", include_str!("../../README.md")),
+];
+
+/// The matrix as `readme` documents it: fault → (masters → outcome).
+fn documented(readme: &str) -> BTreeMap<String, BTreeMap<usize, Outcome>> {
     let table = readme
         .split("<!-- failure-matrix:begin -->")
         .nth(1)
@@ -426,8 +433,16 @@ fn failure_matrix(
     Box::pin(async move {
         let masters = factory.servers().map(|s| s.nodes()).unwrap_or(0);
         let redis = deployment(masters).ok_or("no such deployment")?;
-        let documented = documented();
         let mut wrong = Vec::new();
+        let matrix = documented(READMES[0].1);
+        for (path, readme) in &READMES[1..] {
+            if documented(readme) != matrix {
+                wrong.push(format!(
+                    "{path}'s failure matrix differs from {}'s",
+                    READMES[0].0
+                ));
+            }
+        }
         for &fault in FAULTS {
             let report = fault_case(factory.clone(), fault, redis.clone()).await;
             if let Err(e) = tenure_conformance::report::record(&report) {
@@ -450,7 +465,7 @@ fn failure_matrix(
                 stale_write: report.figures.stale_writes_accepted.unwrap_or(0) > 0,
             };
             println!("{masters} master(s), {fault}: {measured:?}");
-            match documented.get(fault).and_then(|row| row.get(&masters)) {
+            match matrix.get(fault).and_then(|row| row.get(&masters)) {
                 Some(doc) if *doc == measured => {}
                 Some(doc) => wrong.push(format!(
                     "{fault} on {masters} master(s): measured {measured:?}, documented {doc:?}"
@@ -458,10 +473,10 @@ fn failure_matrix(
                 None => wrong.push(format!("{fault}: not in the README's matrix")),
             }
         }
-        if documented.len() != FAULTS.len() {
+        if matrix.len() != FAULTS.len() {
             wrong.push(format!(
                 "the README's matrix has {} rows, the suite runs {} faults",
-                documented.len(),
+                matrix.len(),
                 FAULTS.len()
             ));
         }

@@ -41,7 +41,12 @@ pub fn observer(backend: Arc<dyn LeaseBackend>, key: &str) -> Result<Elector, Fa
     if let Some(max) = caps.max_ttl {
         ttl = ttl.min(max);
     }
-    Ok(Elector::builder(backend).key(key).ttl(ttl).build()?)
+    // An observer writes nothing: whether the backend can fence is moot.
+    Ok(Elector::builder(backend)
+        .key(key)
+        .ttl(ttl)
+        .allow_unfenced()
+        .build()?)
 }
 
 /// Who leads the key, as the backend says: retried while the backend is

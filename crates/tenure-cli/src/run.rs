@@ -36,9 +36,16 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
 /// backend) and makes sure the backend answers.
 async fn prepare(args: &RunArgs, started: Instant) -> Result<Elector, Failure> {
     let backend = connect::backend(&args.election).await?;
+    // A backend that cannot fence (Redis) is only built from a URL that
+    // says so (`?unfenced=accept`): that is the user's opt-in, and the
+    // command then runs without TENURE_FENCING_TOKEN.
+    let unfenced = !backend.capabilities().fencing;
     let mut builder = Elector::builder(backend)
         .key(&args.election.key)
         .ttl(args.ttl);
+    if unfenced {
+        builder = builder.allow_unfenced();
+    }
     if let Some(identity) = &args.identity {
         builder = builder.identity(identity);
     }

@@ -216,7 +216,7 @@ fn a_url_without_a_scheme_is_refused_naming_the_url() -> Outcome {
     )?;
     ensure!(out.code() == Some(2), "{out:?}");
     ensure!(
-        out.stderr.contains("invalid url") && out.stderr.contains("no etcd endpoint"),
+        out.stderr.contains("invalid url") && out.stderr.contains("\"etcd://\""),
         "{}",
         out.stderr
     );

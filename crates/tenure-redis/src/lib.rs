@@ -63,6 +63,7 @@ pub struct RedlockBuilder {
     password: Option<(Option<String>, String)>,
     options: RedlockOptions,
     unfenced_accepted: bool,
+    tls: bool,
 }
 
 impl RedlockBuilder {
@@ -78,6 +79,14 @@ impl RedlockBuilder {
     /// Sets the options.
     pub fn options(mut self, options: RedlockOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Connects to every master over TLS (rustls, the system's trust
+    /// roots); the URL form is `rediss://`.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
         self
     }
 
@@ -104,7 +113,7 @@ impl RedlockBuilder {
         if self.masters.is_empty() {
             return Err(Error::invalid("masters", "at least one master is required"));
         }
-        if self.masters.len() % 2 == 0 {
+        if self.masters.len().is_multiple_of(2) {
             return Err(Error::invalid(
                 "masters",
                 format!(
@@ -150,6 +159,16 @@ impl RedlockBuilder {
                 .into_connection_info()
                 .map_err(|e| Error::invalid("masters", format!("{addr}: {e}")))?
                 .set_redis_settings(settings);
+            #[cfg(feature = "tls")]
+            let info = match self.tls {
+                true => info.set_addr(redis::ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port,
+                    insecure: false,
+                    tls_params: None,
+                }),
+                false => info,
+            };
             let client = redis::Client::open(info)
                 .map_err(|e| Error::invalid("masters", format!("{addr}: {e}")))?;
             masters.push(Master::new(
@@ -250,17 +269,33 @@ impl RedlockBackend {
         RedlockBuilder {
             masters: masters.iter().map(|m| m.as_ref().to_owned()).collect(),
             password: None,
+            tls: false,
             options: RedlockOptions::default(),
             unfenced_accepted: false,
         }
     }
 
     /// Connects from a URL:
-    /// `redis://[user:password@]host:port[,host:port...][/prefix]?unfenced=accept`.
-    /// The path, if any, is the key prefix (`/jobs` puts `billing` at
-    /// `jobs:billing`; default `tenure:`). `unfenced=accept` is required;
-    /// `node_timeout_fraction`, `connect_timeout` (`2s`, `500ms`) and
-    /// `watch_poll` are optional.
+    ///
+    /// ```text
+    /// redis://[user:password@]host[:port][,host[:port]...][/prefix]?unfenced=accept[&params]
+    /// rediss://...   (TLS)
+    /// ```
+    ///
+    /// - hosts without a port get 6379;
+    /// - `user:password` (percent-encoded where needed) authenticates to
+    ///   every master (`:password@` or `password@` without an ACL user);
+    /// - the path, if any, is the key prefix (`/jobs` puts `billing` at
+    ///   `jobs:billing`; default `tenure:`);
+    /// - `unfenced=accept` is required (Redlock cannot fence; without it the
+    ///   error names `unfenced`); `node_timeout_fraction`, `connect_timeout`
+    ///   and `watch_poll` (`2s`, `500ms`) are optional;
+    /// - `rediss://` needs this crate's cargo feature `tls` (tenure's
+    ///   `redis-tls`; rustls with the system's trust roots); without it
+    ///   the URL is refused.
+    ///
+    /// Any other problem is an [`Error::InvalidArgument`] naming `url` (the
+    /// password hidden), before any connection.
     pub async fn connect_url(url: &str) -> Result<Self> {
         url::parse(url)?.connect().await
     }
@@ -443,7 +478,7 @@ impl RedlockBackend {
                 None => counts.push((holder, 1)),
             }
         }
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
         Attempt::NotGranted {
             holder: counts.into_iter().next().map(|(h, _)| h),
             free_in,
