@@ -63,6 +63,7 @@ pub struct RedlockBuilder {
     password: Option<(Option<String>, String)>,
     options: RedlockOptions,
     unfenced_accepted: bool,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))] // read only with TLS
     tls: bool,
 }
 

@@ -1,69 +1,34 @@
-//! `redis://[user:password@]host:port[,host:port...][/prefix]?unfenced=accept[&...]`.
+//! `redis://` and `rediss://` URLs:
+//! `redis://[user:password@]host[:port][,host[:port]...][/prefix]?unfenced=accept[&...]`.
 
-use std::time::Duration;
-
+use tenure_core::backend_url::BackendUrl;
 use tenure_core::{Error, Result};
 
 use crate::{RedlockBackend, RedlockBuilder, RedlockOptions};
 
-fn bad(url: &str, why: impl std::fmt::Display) -> Error {
-    Error::invalid("url", format!("{}: {why}", redacted(url)))
-}
+/// Redis's port, for a host the URL gives without one.
+const DEFAULT_PORT: u16 = 6379;
 
-/// The URL with any password replaced, for error messages.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-fn duration(url: &str, field: &str, text: &str) -> Result<Duration> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map(|i| text.split_at(i))
-        .unwrap_or((text, ""));
-    let n: u64 = number.parse().map_err(|_| {
-        bad(
-            url,
-            format!("{field}={text:?} is not a duration like 500ms or 2s"),
-        )
-    })?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        _ => Err(bad(
-            url,
-            format!("{field}={text:?} is not a duration like 500ms or 2s"),
-        )),
-    }
-}
+const KNOWN: &[&str] = &[
+    "unfenced",
+    "node_timeout_fraction",
+    "connect_timeout",
+    "watch_poll",
+];
 
 /// Parses a URL into a builder (nothing is connected).
-pub(crate) fn parse(url: &str) -> Result<RedlockBuilder> {
-    let rest = url.strip_prefix("redis://").ok_or_else(|| {
-        bad(
-            url,
-            "does not start with redis:// (TLS is not supported yet)",
-        )
-    })?;
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => (Some(userinfo), hosts),
-        None => (None, authority),
-    };
-    let masters: Vec<&str> = hosts.split(',').collect();
-    if hosts.is_empty() || masters.iter().any(|m| m.is_empty()) {
-        return Err(bad(url, "names no master, or an empty one"));
+pub(crate) fn parse(text: &str) -> Result<RedlockBuilder> {
+    let mut url = BackendUrl::parse(text, &["redis", "rediss"])?;
+    let tls = url.scheme() == "rediss";
+    if tls && cfg!(not(feature = "tls")) {
+        return Err(url.invalid(
+            "rediss:// (TLS) needs tenure-redis's cargo feature `tls` (tenure's `redis-tls`), \
+             which is off",
+        ));
     }
+    let masters = url.endpoints(DEFAULT_PORT)?;
     let mut options = RedlockOptions::default();
+    let path = url.path().trim_start_matches('/');
     if !path.is_empty() {
         options.key_prefix = if path.ends_with(':') {
             path.to_owned()
@@ -71,63 +36,59 @@ pub(crate) fn parse(url: &str) -> Result<RedlockBuilder> {
             format!("{path}:")
         };
     }
-    let mut unfenced = false;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match name {
-            "unfenced" if value == "accept" => unfenced = true,
-            "unfenced" => {
-                return Err(bad(
-                    url,
-                    format!("unfenced={value:?}: the only value is accept"),
-                ))
-            }
-            "node_timeout_fraction" => {
-                options.node_timeout_fraction = value.parse().map_err(|_| {
-                    bad(
-                        url,
-                        format!("node_timeout_fraction={value:?} is not a number"),
-                    )
-                })?
-            }
-            "connect_timeout" => options.connect_timeout = duration(url, name, value)?,
-            "watch_poll" => options.watch_poll = duration(url, name, value)?,
-            other => {
-                return Err(bad(
-                    url,
-                    format!(
-                        "unknown parameter {other:?} (known: unfenced, node_timeout_fraction, \
-                         connect_timeout, watch_poll)"
-                    ),
-                ))
-            }
+    let unfenced = match url.take("unfenced")?.as_deref() {
+        None => false,
+        Some("accept") => true,
+        Some(other) => {
+            return Err(url.invalid(format!("unfenced={other:?}: the only value is accept")))
         }
+    };
+    if let Some(value) = url.take("node_timeout_fraction")? {
+        options.node_timeout_fraction = value
+            .parse()
+            .map_err(|_| url.invalid(format!("node_timeout_fraction={value:?} is not a number")))?;
     }
+    if let Some(timeout) = url.take_duration("connect_timeout")? {
+        options.connect_timeout = timeout;
+    }
+    if let Some(poll) = url.take_duration("watch_poll")? {
+        options.watch_poll = poll;
+    }
+    let shown = url.redacted().to_owned();
+    let (user, password) = (
+        url.user().map(str::to_owned),
+        url.password().map(str::to_owned),
+    );
+    url.finish(KNOWN)?;
     if !unfenced {
         return Err(Error::invalid(
             "unfenced",
             format!(
-                "{}: Redlock cannot issue fencing tokens; add ?unfenced=accept to the URL to \
-                 state that a duplicate run is acceptable for your job",
-                redacted(url)
+                "{shown:?}: Redlock cannot issue fencing tokens; add ?unfenced=accept to the URL to \
+                 state that a duplicate run is acceptable for your job"
             ),
         ));
     }
     let mut builder = RedlockBackend::builder(&masters)
         .options(options)
         .accept_unfenced();
-    if let Some(userinfo) = userinfo {
-        let (user, password) = match userinfo.split_once(':') {
-            Some((user, password)) => ((!user.is_empty()).then(|| user.to_owned()), password),
-            None => (None, userinfo),
-        };
-        builder = builder.password(user, password);
+    #[cfg(feature = "tls")]
+    if tls {
+        builder = builder.tls();
+    }
+    // `redis://secret@host`: a userinfo without `:` is a password, as before.
+    match (user, password) {
+        (None, None) => {}
+        (user, Some(password)) => builder = builder.password(user, password),
+        (Some(password), None) => builder = builder.password(None, password),
     }
     Ok(builder)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn field(url: &str) -> &'static str {
@@ -147,6 +108,18 @@ mod tests {
         let b = parse("redis://:pw@a:1?unfenced=accept").unwrap();
         assert_eq!(b.password, Some((None, "pw".to_owned())));
         assert_eq!(b.options.key_prefix, "tenure:");
+        let b = parse("redis://a,b:2,[::1]/jobs:?unfenced=accept&watch_poll=2s").unwrap();
+        assert_eq!(b.masters, ["a:6379", "b:2", "[::1]:6379"]);
+        assert_eq!(b.options.key_prefix, "jobs:");
+        assert_eq!(b.options.watch_poll, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn user_and_password_are_percent_decoded() {
+        let b = parse("redis://app:p%40ss%3Aw@a:1?unfenced=accept").unwrap();
+        assert_eq!(b.password, Some((Some("app".into()), "p@ss:w".to_owned())));
+        let b = parse("redis://secret@a:1?unfenced=accept").unwrap();
+        assert_eq!(b.password, Some((None, "secret".to_owned())));
     }
 
     #[test]
@@ -158,17 +131,36 @@ mod tests {
     #[test]
     fn bad_urls_name_url_and_hide_the_password() {
         for url in [
-            "rediss://a:1?unfenced=accept",
             "redis://?unfenced=accept",
+            "redis://a:0?unfenced=accept",
+            "redis://a:65536?unfenced=accept",
+            "redis://a:1?unfenced=accept&unfenced=accept",
+            "redis://a:1?unfenced=accept&node_timeout_fraction=half",
+            "redis://a:1?unfenced",
             "redis://a:1,,b:2?unfenced=accept",
             "redis://a:1?unfenced=accept&bogus=1",
             "redis://a:1?unfenced=accept&connect_timeout=fast",
         ] {
             assert_eq!(field(url), "url", "{url}");
         }
-        let err = parse("redis://u:secret@a:1?nope=1")
-            .unwrap_err()
-            .to_string();
-        assert!(!err.contains("secret") && err.contains("u:***@"), "{err}");
+        for url in ["redis://u:secret@a:1?nope=1", "redis://u:secret@a:1"] {
+            let err = parse(url).unwrap_err().to_string();
+            assert!(!err.contains("secret") && err.contains("u:***@"), "{err}");
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_tls_url_without_the_feature_names_it() {
+        let err = parse("rediss://a:1?unfenced=accept").unwrap_err();
+        assert_eq!(field("rediss://a:1?unfenced=accept"), "url");
+        assert!(err.to_string().contains("`tls`"), "{err}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_rediss_url_asks_for_tls() {
+        assert!(parse("rediss://a:1?unfenced=accept").unwrap().tls);
+        assert!(!parse("redis://a:1?unfenced=accept").unwrap().tls);
     }
 }
