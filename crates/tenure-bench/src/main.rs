@@ -5,6 +5,7 @@
 //! tenure-bench [--quick] [--only etcd,zk,...] [--report PATH] [--out DIR]
 //! tenure-bench candidate KIND URL KEY TTL_MS     (a candidate process)
 //! tenure-bench scale-child URL KEYS SECS TTL_MS  (the scale measure's child)
+//! tenure-bench render [--quick] [RESULTS] [REPORT] (the report again, from JSON)
 //! ```
 
 mod candidate;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
         match args.first().map(String::as_str) {
             Some("candidate") => candidate::main(&args[1..]).await,
             Some("scale-child") => scale::child(&args[1..]).await,
+            Some("render") => report::render(&args[1..]),
             _ => run::main(&args).await,
         }
     });

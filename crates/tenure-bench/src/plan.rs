@@ -72,7 +72,7 @@ impl Plan {
                 latency_samples: 200,
                 handover_trials: 50,
                 failover_trials: 10,
-                etcdctl_failover_trials: 2,
+                etcdctl_failover_trials: 1,
                 herds: vec![10, 100],
                 scale_keys: 1000,
                 scale_window: Duration::from_secs(60),

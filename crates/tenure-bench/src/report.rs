@@ -1,14 +1,15 @@
 //! BENCHMARKS.md, the JSON and the chart from the figures.
 
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Duration;
 
 use crate::deploy::{ctx, BenchResult};
 use crate::figures::{Figure, Measure};
 use crate::plan::{HERD_TTL, SCALE_TTL, TTL};
 
 /// What the report says about the run besides the figures.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Context {
     /// `--quick`.
     pub quick: bool,
@@ -16,16 +17,52 @@ pub struct Context {
     pub command: String,
     /// Server versions by deployment.
     pub versions: Vec<(String, String)>,
-    /// How long the run took.
-    pub took: Duration,
+    /// How long the run took, seconds.
+    pub took_secs: f64,
+    /// When it ran.
+    pub date: String,
+    /// Where.
+    pub machine: String,
     /// etcdctl's version, if installed.
     pub etcdctl: Option<String>,
 }
 
 /// The chart's file name, beside the report.
 pub const CHART: &str = "BENCHMARKS.svg";
-/// Notes written by hand, included verbatim (why targets are missed).
-const NOTES: &str = include_str!("../NOTES.md");
+/// Notes written by hand, included verbatim (why targets are missed), read
+/// at run time so that `render` picks up edits.
+const NOTES: &str = "crates/tenure-bench/NOTES.md";
+
+/// The JSON file: the context and every figure.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Results {
+    /// About the run.
+    pub context: Context,
+    /// What was measured.
+    pub figures: Vec<Figure>,
+}
+
+/// `tenure-bench render [--quick] [RESULTS] [REPORT]`: writes the report and
+/// chart again from a run's JSON (after editing NOTES.md).
+pub fn render(args: &[String]) -> BenchResult<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut rest = args.iter().filter(|a| *a != "--quick");
+    let results = rest
+        .next()
+        .map_or("target/bench/results.json", |s| s.as_str());
+    let report = rest.next().map_or(
+        if quick {
+            "target/bench/BENCHMARKS-quick.md"
+        } else {
+            "BENCHMARKS.md"
+        },
+        |s| s.as_str(),
+    );
+    let text = ctx("reading the results", std::fs::read_to_string(results))?;
+    let r: Results = ctx("parsing the results", serde_json::from_str(&text))?;
+    let out = Path::new(results).parent().unwrap_or(Path::new("."));
+    write(&r.figures, &r.context, Path::new(report), out)
+}
 
 /// Writes the report to `report`, the chart beside it, and JSON and a
 /// copy of the chart under `out`.
@@ -34,15 +71,7 @@ pub fn write(figures: &[Figure], context: &Context, report: &Path, out: &Path) -
         "creating the output directory",
         std::fs::create_dir_all(out),
     )?;
-    let json = serde_json::json!({
-        "quick": context.quick,
-        "command": context.command,
-        "machine": crate::machine::describe(),
-        "date": crate::machine::now_utc(),
-        "took_secs": context.took.as_secs_f64(),
-        "versions": context.versions,
-        "figures": figures,
-    });
+    let json = serde_json::json!({ "context": context, "figures": figures });
     let json = ctx("json", serde_json::to_string_pretty(&json))?;
     ctx(
         "writing the JSON",
@@ -157,13 +186,8 @@ fn markdown(figures: &[Figure], c: &Context) -> String {
         c.command,
         if c.quick { " (quick mode)" } else { "" }
     );
-    let _ = writeln!(
-        out,
-        "- Date: {}; the run took {:.0} s",
-        crate::machine::now_utc(),
-        c.took.as_secs_f64()
-    );
-    let _ = writeln!(out, "- Machine: {}", crate::machine::describe());
+    let _ = writeln!(out, "- Date: {}; the run took {:.0} s", c.date, c.took_secs);
+    let _ = writeln!(out, "- Machine: {}", c.machine);
     let _ = writeln!(
         out,
         "- etcdctl: {}",
@@ -190,7 +214,8 @@ fn markdown(figures: &[Figure], c: &Context) -> String {
     out.push_str("## Targets\n\n");
     out.push_str(&targets(figures));
     out.push('\n');
-    out.push_str(NOTES.trim());
+    let notes = std::fs::read_to_string(NOTES).unwrap_or_else(|e| format!("({NOTES}: {e})"));
+    out.push_str(notes.trim());
     out.push_str("\n\n");
 
     out.push_str("## Uncontended acquire\n\nOne attempt on a free key (released, untimed); the first five of each client left out as warm-up.\n\n");

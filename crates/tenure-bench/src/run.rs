@@ -83,7 +83,9 @@ pub async fn main(args: &[String]) -> BenchResult<()> {
             .collect::<Vec<_>>()
             .join(" "),
         versions,
-        took,
+        took_secs: took.as_secs_f64(),
+        date: crate::machine::now_utc(),
+        machine: crate::machine::describe(),
         etcdctl: etcdctl::version(),
     };
     report::write(&figures, &context, &options.report, &options.out)?;
