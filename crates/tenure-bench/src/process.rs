@@ -74,6 +74,8 @@ pub struct Markers {
     pub ready: &'static str,
     /// Once leading (empty: the first line).
     pub leading: &'static str,
+    /// How long the standby is given to queue up after `ready`.
+    pub settle: Duration,
 }
 
 /// One trial: a leader process, a standby queued behind it, the leader
@@ -93,7 +95,7 @@ pub async fn trial(
         standby.expect(lines.ready, Duration::from_secs(30)).await?;
     }
     // Let the standby connect and queue up behind the leader.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(lines.settle).await;
     let stopped = Instant::now();
     leader.signal(match stop {
         Stop::Kill => libc::SIGKILL,
@@ -122,4 +124,5 @@ pub fn candidate_command(kind: &str, url: &str, key: &str, ttl: Duration) -> Com
 pub const OURS: Markers = Markers {
     ready: "ready",
     leading: "leading",
+    settle: Duration::from_millis(500),
 };

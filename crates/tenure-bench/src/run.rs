@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::deploy::{BenchResult, Deployment, Server};
 use crate::figures::{Figure, Measure};
-use crate::peers::{etcd_election, etcdctl, rslock, unavailable};
+use crate::peers::{curator, etcd_election, etcdctl, rslock, unavailable};
 use crate::plan::{Plan, HERD_TTL, SCALE_TTL, TTL};
 use crate::process::{candidate_command, trial, Stop, OURS};
 use crate::tenure_measures::{fresh_key, handover, herd, latency};
@@ -58,6 +58,16 @@ pub async fn main(args: &[String]) -> BenchResult<()> {
     let options = parse(args)?;
     let started = Instant::now();
     let mut figures = Vec::new();
+    let curator = if options
+        .plan
+        .servers
+        .iter()
+        .any(|s| matches!(s, Server::ZooKeeper(_)))
+    {
+        curator::prepare(&options.out)
+    } else {
+        Err("not run".into())
+    };
     let mut versions = Vec::new();
     for &server in &options.plan.servers {
         let label = server.label();
@@ -66,7 +76,7 @@ pub async fn main(args: &[String]) -> BenchResult<()> {
         match Deployment::start(server).await {
             Ok(d) => {
                 versions.push((label.clone(), d.version.clone()));
-                bench_one(&d, &options.plan, &mut figures).await;
+                bench_one(&d, &options.plan, &curator, &mut figures).await;
             }
             Err(e) => {
                 eprintln!("   could not start: {e}");
@@ -157,7 +167,12 @@ async fn failover(
     Ok(f.with_note(format!("TTL {} s, SIGKILL", TTL.as_secs())))
 }
 
-async fn bench_one(d: &Deployment, plan: &Plan, figures: &mut Vec<Figure>) {
+async fn bench_one(
+    d: &Deployment,
+    plan: &Plan,
+    curator: &BenchResult<String>,
+    figures: &mut Vec<Figure>,
+) {
     let label = d.server.label();
     let label = label.as_str();
     let endpoints = d.endpoints();
@@ -197,6 +212,11 @@ async fn bench_one(d: &Deployment, plan: &Plan, figures: &mut Vec<Figure>) {
             let f = etcdctl::measure(label, &endpoints, Stop::Interrupt, h.min(20)).await;
             push(figures, (Measure::Handover, label, etcdctl::NAME), Ok(f));
         }
+        Server::ZooKeeper(_) => {
+            let f =
+                curator::measure(label, curator, &endpoints, Stop::Interrupt, TTL, h.min(20)).await;
+            push(figures, (Measure::Handover, label, curator::NAME), Ok(f));
+        }
         Server::Redis(_) => {
             let f = rslock::handover(label, &endpoints, TTL, h).await;
             push(figures, (Measure::Handover, label, rslock::NAME), f);
@@ -235,6 +255,10 @@ async fn bench_one(d: &Deployment, plan: &Plan, figures: &mut Vec<Figure>) {
                     .await;
                     push(figures, (Measure::Failover, label, etcdctl::NAME), Ok(e));
                 }
+                Server::ZooKeeper(_) => {
+                    let c = curator::measure(label, curator, &endpoints, Stop::Kill, TTL, f).await;
+                    push(figures, (Measure::Failover, label, curator::NAME), Ok(c));
+                }
                 Server::Redis(_) => {
                     let system = rslock::NAME;
                     push(
@@ -247,10 +271,8 @@ async fn bench_one(d: &Deployment, plan: &Plan, figures: &mut Vec<Figure>) {
             }
         }
     }
-    match d.server {
-        Server::Kube(_) => figures.extend(unavailable::rows(label, true)),
-        Server::ZooKeeper(_) => figures.extend(unavailable::rows(label, false)),
-        _ => {}
+    if let Server::Kube(_) = d.server {
+        figures.extend(unavailable::rows(label));
     }
 
     for &waiters in &plan.herds {

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use tenure::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector};
+use tenure::backend::{AcquireMode, Acquisition, Candidacy};
+use tenure::{CandidateId, ElectionKey, Elector};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

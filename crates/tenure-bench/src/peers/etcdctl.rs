@@ -38,6 +38,7 @@ fn command(endpoints: &[String], name: &str) -> Command {
 const LINES: Markers = Markers {
     ready: "",
     leading: "",
+    settle: Duration::from_millis(500),
 };
 
 /// Hand-over (SIGINT → resign) or crash failover (SIGKILL; minus the 60 s TTL).
