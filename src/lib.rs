@@ -1,7 +1,27 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub use tenure_core::*;
+// What applications use. Backend authors' plumbing is in [`backend`].
+pub use tenure_core::{
+    default_identity, memory, BoxError, CandidateId, Capabilities, ElectionKey, Elector,
+    ElectorBuilder, ElectorState, Error, Fence, FencingToken, Health, KeyRule, LeaderEvent,
+    LeaderInfo, Leadership, LeaseBackend, LossReason, MemoryBackend, RenewOn, Result, Term,
+    DEFAULT_TTL, MAX_IDENTITY_LEN, MAX_KEY_LEN,
+};
+
+/// For writing a backend, or calling one directly: the [`LeaseBackend`]
+/// trait's types, the heartbeat runtime tenure runs backend calls on, and
+/// [`HostedBackend`](backend::HostedBackend), which runs a backend's
+/// operations there. Applications need none of it: the
+/// [`Elector`] drives the backend.
+pub mod backend {
+    pub use tenure_core::backend_url;
+    pub use tenure_core::hosted::{self, spawn_cleanup};
+    pub use tenure_core::{
+        default_drift_margin, heartbeat_runtime, on_heartbeat_runtime, AcquireMode, Acquisition,
+        Candidacy, Capabilities, HostedBackend, KeyRule, Lease, LeaseBackend, LeaseHandle,
+    };
+}
 
 /// The etcd backend (feature `etcd`).
 #[cfg(feature = "etcd")]
