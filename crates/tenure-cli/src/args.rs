@@ -8,9 +8,11 @@ use clap::{Args, Parser, Subcommand};
 const AFTER_HELP: &str = "\
 Backends (--backend URL):
   memory://                              in-process (one tenure process only; for trying it out)
-  etcd://host:port[,host:port...][/prefix/]
-  zk://host:port[,host:port...][/base/path][?session_timeout_ms=N]
+  etcd://[user:password@]host:port[,host:port...][/prefix/]   (etcds:// or ?tls=true&ca=FILE for TLS)
+  zk://[user:password@]host:port[,host:port...][/base/path][?session_timeout_ms=N]
   kube://[/path/to/kubeconfig][?namespace=ns&context=name]
+  redis://[:password@]host:port[,host:port...][/prefix]?unfenced=accept
+                                         Redlock: no fencing token; the command gets none
 
 Examples:
   # Run a cron-like job on exactly one host at a time; the others wait:
