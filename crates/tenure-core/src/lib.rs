@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod backend;
+#[path = "url.rs"]
+pub mod backend_url;
 mod backoff;
 mod capabilities;
 mod elector;
@@ -11,8 +13,6 @@ pub mod hosted;
 mod lease;
 pub mod memory;
 mod types;
-#[path = "url.rs"]
-pub mod backend_url;
 
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
