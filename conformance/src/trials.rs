@@ -288,3 +288,60 @@ pub fn async_trial(name: impl Into<String>, test: fn() -> BoxFuture<'static, ()>
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Figures;
+
+    fn report(case: &str, outcome: Outcome) -> CaseReport {
+        CaseReport {
+            backend: "b".into(),
+            server: None,
+            case: case.into(),
+            contract: "9".into(),
+            outcome,
+            checks_passed: 0,
+            violations: Vec::new(),
+            figures: Figures::default(),
+            notes: Vec::new(),
+            elapsed_ms: 0,
+            finished_unix_ms: 0,
+        }
+    }
+
+    fn target() -> Target {
+        Target::new("t", || async {
+            Arc::new(crate::MemoryFactory::new()) as Arc<dyn BackendFactory>
+        })
+        .expect_broken(&[("restart", "forgets leases")])
+        .expect_skips(&["skipped"])
+    }
+
+    #[test]
+    fn a_case_documented_as_broken_passes_its_trial_only_by_failing_the_documented_way() {
+        let t = target();
+        let fail = |why: &str| report("restart", Outcome::Fail(why.into()));
+        assert!(t
+            .conclude(&fail("exclusive: a still valid after b began"))
+            .is_ok());
+        assert!(t.conclude(&fail("fencing: a wrote after b")).is_ok());
+        assert!(t.conclude(&report("restart", Outcome::Pass)).is_ok());
+        assert!(t
+            .conclude(&fail("b's grant after the restart: nothing after 2s"))
+            .is_err());
+        assert!(t
+            .conclude(&report("restart", Outcome::Skipped("no servers".into())))
+            .is_err());
+        // Any other case fails by failing, as before.
+        assert!(t
+            .conclude(&report("other", Outcome::Fail("exclusive: overlap".into())))
+            .is_err());
+        assert!(t
+            .conclude(&report("skipped", Outcome::Skipped("why".into())))
+            .is_ok());
+        assert!(t
+            .conclude(&report("other", Outcome::Skipped("why".into())))
+            .is_err());
+    }
+}
