@@ -56,6 +56,10 @@ fn parse(args: &[String]) -> BenchResult<Options> {
 /// Runs the bench.
 pub async fn main(args: &[String]) -> BenchResult<()> {
     let options = parse(args)?;
+    // A shell starts background jobs with SIGINT ignored, and children
+    // inherit that: the JVM would then ignore the SIGINT a hand-over sends.
+    // SAFETY: restoring the default disposition of one signal.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     let started = Instant::now();
     let mut figures = Vec::new();
     let curator = if options
