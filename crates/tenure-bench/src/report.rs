@@ -126,6 +126,8 @@ fn ratio(f: &Figure, all: &[Figure]) -> String {
                 && p.server == f.server
                 && p.system != "tenure"
                 && p.p50_ms.is_some()
+                // Failover only against a peer at the same TTL.
+                && p.ttl_ms == f.ttl_ms
         })
         .collect();
     let best = |pick: fn(&Figure) -> Option<f64>| {
