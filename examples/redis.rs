@@ -1,9 +1,9 @@
 //! Two candidates hand leadership over on a Redis server (Redlock), which
 //! cannot fence.
 //!
-//! Run: `cargo run --example redis --features redis -- 'redis://127.0.0.1:6379?unfenced=accept'`
+//! Run: `cargo run --example redis --features redis -- 'redis://127.0.0.1:6379?allow_unfenced=true'`
 //! (the URL is the default; list 3 or 5 independent masters for Redlock
-//! proper: `redis://h1:6379,h2:6379,h3:6379?unfenced=accept`; see the README
+//! proper: `redis://h1:6379,h2:6379,h3:6379?allow_unfenced=true`; see the README
 //! for a server to try it on).
 //!
 //! What "unfenced" means: Redis gives no fencing token (`token()` is
@@ -45,7 +45,7 @@ async fn work(name: &str, leadership: &Leadership) {
 async fn main() -> tenure::Result<()> {
     let url = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| "redis://127.0.0.1:6379?unfenced=accept".to_owned());
+        .unwrap_or_else(|| "redis://127.0.0.1:6379?allow_unfenced=true".to_owned());
     println!("backend: {url}");
     // Two candidates, each with its own connections.
     let elector = |identity: &'static str| {

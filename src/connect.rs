@@ -24,7 +24,7 @@ use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 /// | `etcds://...` | etcd over TLS (`etcd-tls`) | as etcd | as etcd |
 /// | `zk://[user:pw@]h[:2181][,...][/base]` | ZooKeeper (`zookeeper`); user:pw is digest auth | base path | `session_timeout_ms`, `tick_time_ms`, `request_timeout` |
 /// | `kube://[/path/to/kubeconfig]` | Kubernetes Leases (`kube`); TLS and auth come from the kubeconfig (default kubeconfig, else in-cluster) | kubeconfig file | `namespace`, `context`, `fencing` |
-/// | `redis://[user:pw@]h[:6379][,...][/prefix]` | Redlock over 1, 3 or 5 independent masters (`redis`) | key prefix | `unfenced=accept` (required: it cannot fence), `node_timeout_fraction`, `connect_timeout`, `watch_poll` |
+/// | `redis://[user:pw@]h[:6379][,...][/prefix]` | Redlock over 1, 3 or 5 independent masters (`redis`) | key prefix | `allow_unfenced=true` (required: it cannot fence), `node_timeout_fraction`, `connect_timeout`, `watch_poll` |
 ///
 /// Each backend's `connect_url` documents its parameters. A URL whose
 /// scheme is unknown, or whose backend's cargo feature is off, is an
@@ -174,17 +174,17 @@ mod tests {
 
     #[cfg(feature = "redis")]
     #[tokio::test]
-    async fn a_redis_url_without_the_opt_in_is_refused_naming_unfenced() {
+    async fn a_redis_url_without_the_opt_in_is_refused_naming_allow_unfenced() {
         let (field, message) = field_and_message(connect("redis://h:6379").await.err().unwrap());
-        assert_eq!(field, "unfenced");
-        assert!(message.contains("unfenced=accept"), "{message}");
+        assert_eq!(field, "allow_unfenced");
+        assert!(message.contains("allow_unfenced=true"), "{message}");
     }
 
     #[cfg(not(feature = "redis"))]
     #[tokio::test]
     async fn a_redis_url_without_the_redis_feature_names_it() {
         let (_, message) = field_and_message(
-            connect("redis://h:6379?unfenced=accept")
+            connect("redis://h:6379?allow_unfenced=true")
                 .await
                 .err()
                 .unwrap(),

@@ -1,4 +1,11 @@
 #![doc = include_str!("../README.md")]
+//!
+//! # Cargo features
+//!
+//! `default` builds the in-memory backend only (no protoc, no TLS stack,
+//! nothing to install). Each backend is a feature of its own:
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 // What applications use. Backend authors' plumbing is in [`backend`].
@@ -6,7 +13,7 @@ pub use tenure_core::{
     default_identity, memory, BoxError, CandidateId, Capabilities, ElectionKey, Elector,
     ElectorBuilder, ElectorState, Error, Fence, FencingToken, Health, KeyRule, LeaderEvent,
     LeaderInfo, Leadership, LeaseBackend, LossReason, MemoryBackend, RenewOn, Result, Term,
-    DEFAULT_TTL, MAX_IDENTITY_LEN, MAX_KEY_LEN,
+    Unhealthy, DEFAULT_TTL, MAX_IDENTITY_LEN, MAX_KEY_LEN,
 };
 
 /// For writing a backend, or calling one directly: the [`LeaseBackend`]
@@ -25,18 +32,22 @@ pub mod backend {
 
 /// The etcd backend (feature `etcd`).
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use tenure_etcd as etcd;
 
 /// The ZooKeeper backend (feature `zookeeper`).
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use tenure_zookeeper as zookeeper;
 
 /// The Kubernetes Lease backend (feature `kube`).
 #[cfg(feature = "kube")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub use tenure_kube as kube;
 
 /// The Redis backend (feature `redis`): Redlock, which cannot fence.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use tenure_redis as redis;
 
 mod connect;

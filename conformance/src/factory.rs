@@ -62,6 +62,20 @@ pub trait Link: Send + Sync + 'static {
     fn nodes_in_use(&self) -> Option<Vec<usize>> {
         None
     }
+
+    /// Lets the client reach server node `node` only (numbered as
+    /// [`ServerFaults`] numbers them): its connections to every other node
+    /// are reset, and so are new ones, so what it opens now (a waiting
+    /// candidate's watch) goes to `node`; `None` lets it reach every node
+    /// again, leaving what it opened in place. [`Error::Unsupported`] where
+    /// the link cannot tell the nodes apart (the case that needs it is then
+    /// skipped).
+    async fn confine_to(&self, _node: Option<usize>) -> Result<()> {
+        Err(Error::Unsupported {
+            backend: "this client's Link",
+            operation: "confining a client to one server node",
+        })
+    }
 }
 
 /// Real-time settings for the cases, chosen per backend.
@@ -88,6 +102,12 @@ pub struct Timing {
     /// it, but other test processes cannot skew it, so it does not wait for
     /// them (the machine lock across processes is for servers of their own).
     pub in_process: bool,
+    /// How long a server node cut off from its peers goes on serving its
+    /// clients as if nothing happened, before it notices and drops them
+    /// (ZooKeeper: `syncLimit` × `tickTime`; zero for etcd, whose members
+    /// refuse at once what requires a leader): a standby whose watch is on
+    /// such a node hears of a failover no sooner.
+    pub cut_off_noticed: Duration,
 }
 
 impl Timing {
@@ -97,7 +117,7 @@ impl Timing {
     pub fn for_capabilities(caps: &Capabilities) -> Timing {
         let mut ttl = caps.min_ttl.max(Duration::from_secs(1));
         let g = caps.ttl_granularity.as_nanos();
-        if g > 0 && ttl.as_nanos() % g != 0 {
+        if g > 0 && !ttl.as_nanos().is_multiple_of(g) {
             ttl = caps.ttl_granularity * (ttl.as_nanos() / g + 1) as u32;
         }
         if let Some(max) = caps.max_ttl {
@@ -110,6 +130,7 @@ impl Timing {
             at_once_max: Duration::from_millis(100),
             settle: Duration::from_millis(500),
             in_process: false,
+            cut_off_noticed: Duration::ZERO,
         }
     }
 }
@@ -141,6 +162,16 @@ pub trait ServerFaults: Send + Sync + 'static {
     /// deployment serves (with a leader, where it elects one).
     async fn restart_all(&self) -> Result<()> {
         Err(unsupported("restarting the servers"))
+    }
+    /// Cuts node `node` off from its peers but not from clients: it still
+    /// answers, but without a leader to commit through (and it learns of no
+    /// change), as a member on the wrong side of a partition does.
+    async fn isolate(&self, _node: usize) -> Result<()> {
+        Err(unsupported("cutting a server node off from its peers"))
+    }
+    /// Reconnects an [isolated](Self::isolate) node to its peers.
+    async fn rejoin(&self, _node: usize) -> Result<()> {
+        Err(unsupported("reconnecting a server node to its peers"))
     }
     /// The node the servers themselves elected leader (raft, zab), or `None`
     /// while they have none; [`Error::Unsupported`] where the deployment

@@ -1,23 +1,33 @@
 #![doc = include_str!("../README.md")]
+//!
+//! # Cargo features
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod harness;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod lease_server;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod proxy;
 
 pub mod factory;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod link;
 mod macros;
 pub mod memory;
 pub mod process;
 pub mod report;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod servers;
 pub mod suite;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod taps;
 pub mod trials;
 
@@ -28,12 +38,15 @@ pub use factory::{
     ServerFaults, Timing,
 };
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub use lease_server::compact_etcd;
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub use link::ProxyLink;
 pub use memory::MemoryFactory;
 pub use report::{CaseReport, Expect, Figures, Outcome, Property, Violation};
 #[cfg(feature = "harness")]
+#[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub use servers::ClusterServers;
 pub use suite::{run_all, run_one, Case, CASES};
 pub use trials::{async_trial, run_targets, run_targets_with, Target};

@@ -111,4 +111,21 @@ impl Link for ProxyLink {
                 .collect(),
         )
     }
+
+    async fn confine_to(&self, node: Option<usize>) -> Result<()> {
+        let numbered = self
+            .numbers_nodes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if !numbered || node.is_some_and(|n| n >= self.proxies.len()) {
+            return Err(Error::Unsupported {
+                backend: "fault proxy",
+                operation: "confining a client to a server node its proxies do not stand before",
+            });
+        }
+        for (i, proxy) in self.proxies.iter().enumerate() {
+            let reachable = node.is_none_or(|n| n == i);
+            proxy.set(if reachable { Mode::Pass } else { Mode::Reset });
+        }
+        Ok(())
+    }
 }

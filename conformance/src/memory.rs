@@ -199,6 +199,34 @@ impl Link for MemoryLink {
             .map(|&(_, node)| node)?;
         Some(vec![node])
     }
+
+    /// Attaches the client to `node`; `None` leaves it there (a memory
+    /// client talks to one node at a time).
+    async fn confine_to(&self, node: Option<usize>) -> Result<()> {
+        let (Some(cluster), Some(node)) = (self.1.as_ref(), node) else {
+            return match self.1 {
+                Some(_) => Ok(()),
+                None => Err(tenure_core::Error::Unsupported {
+                    backend: "memory link",
+                    operation: "confining a client that belongs to no simulated cluster",
+                }),
+            };
+        };
+        if node >= cluster.nodes {
+            return Err(tenure_core::Error::invalid(
+                "node",
+                format!("the simulated cluster has {} nodes", cluster.nodes),
+            ));
+        }
+        cluster.update(|st| {
+            for (c, at) in st.clients.iter_mut() {
+                if std::ptr::eq(c.faults(), self.0.faults()) {
+                    *at = node;
+                }
+            }
+        });
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -312,6 +340,27 @@ impl ServerFaults for MemoryFactory {
         Ok(())
     }
 
+    async fn isolate(&self, node: usize) -> Result<()> {
+        let elect = self.cluster.update(|st| {
+            st.isolated[node] = true;
+            if st.leader == Some(node) {
+                st.leader = None;
+            }
+            let elect = st.leader.is_none() && !st.electing;
+            st.electing |= elect;
+            elect
+        });
+        if elect {
+            self.cluster.clone().elect_later(self.server.clone());
+        }
+        Ok(())
+    }
+
+    async fn rejoin(&self, node: usize) -> Result<()> {
+        self.cluster.update(|st| st.isolated[node] = false);
+        Ok(())
+    }
+
     async fn leader(&self) -> Result<Option<usize>> {
         Ok(self.cluster.state().leader)
     }
@@ -335,6 +384,9 @@ struct ClusterState {
     attached: usize,
     down: Vec<bool>,
     paused: Vec<bool>,
+    /// Cut off from their peers, not from clients: their clients' watches
+    /// go silent, their requests move to nodes that can serve.
+    isolated: Vec<bool>,
     leader: Option<usize>,
     electing: bool,
 }
@@ -366,6 +418,7 @@ impl ClusterState {
     fn apply(&self) {
         for (client, node) in &self.clients {
             client.faults().node_down(!self.reaches(*node));
+            client.faults().silence_watches(self.isolated[*node]);
         }
     }
 }
@@ -380,6 +433,7 @@ impl Cluster {
                 attached: 0,
                 down: vec![false; nodes],
                 paused: vec![false; nodes],
+                isolated: vec![false; nodes],
                 leader: Some(0),
                 electing: false,
             }),
@@ -424,7 +478,9 @@ impl Cluster {
     fn elect(&self, server: &MemoryBackend) {
         let mut st = self.state();
         st.electing = false;
-        let live: Vec<usize> = (0..self.nodes).filter(|&n| !st.down[n]).collect();
+        let live: Vec<usize> = (0..self.nodes)
+            .filter(|&n| !st.down[n] && !st.isolated[n])
+            .collect();
         if st.leader.is_some() || live.len() <= self.nodes / 2 {
             return;
         }

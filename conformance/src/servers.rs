@@ -83,6 +83,14 @@ impl ServerFaults for ClusterServers {
         self.cluster.restart_all().await.map_err(harness_error)
     }
 
+    async fn isolate(&self, node: usize) -> Result<()> {
+        self.cluster.partition(node).await.map_err(harness_error)
+    }
+
+    async fn rejoin(&self, node: usize) -> Result<()> {
+        self.cluster.heal(node).await.map_err(harness_error)
+    }
+
     async fn settle(&self) -> Result<()> {
         self.cluster
             .settle(SETTLED_FOR)

@@ -1,11 +1,16 @@
 //! The conformance suite on etcd, in containers: a 1-node and a 3-node
-//! cluster, each client behind its own fault proxy. Reports:
-//! `target/conformance/etcd-1node.md` and `target/conformance/etcd-3node.md`.
+//! cluster, and a 1-node cluster with authentication on whose tokens lapse
+//! after 3 s of disuse (`--auth-token-ttl=3`; every client logs in as root),
+//! each client behind its own fault proxy. Reports:
+//! `target/conformance/etcd-1node.md`, `target/conformance/etcd-3node.md` and
+//! `target/conformance/etcd-1node-auth.md`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure_conformance::harness::{Cluster, Topology};
+use std::time::Duration;
+
+use tenure_conformance::harness::{Cluster, EtcdAuth, EtcdTokens, Topology};
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
     ServerFaults, Target,
@@ -22,8 +27,10 @@ struct EtcdFactory {
     /// Every client's proxies, kept for the factory's life: a case may drop
     /// its `Client` and keep only the backend (inside an Elector).
     proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
-    /// The servers' version, read once at start.
+    /// The servers' version, read once at start (and their auth, if on).
     version: Option<String>,
+    /// etcd's user and password, when auth is on.
+    user: Option<(String, String)>,
 }
 
 fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -38,10 +45,42 @@ impl EtcdFactory {
         let cluster = Cluster::start(Topology::Etcd { nodes })
             .await
             .expect("etcd cluster");
-        let inspector = EtcdBackend::connect(&cluster.endpoints(), EtcdOptions::default())
+        Self::with(cluster, name).await
+    }
+
+    /// The deployment users run: auth on, tokens dropped after 3 s unused.
+    async fn start_with_auth(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+        let tokens = EtcdTokens::Simple {
+            ttl: Duration::from_secs(3),
+        };
+        let cluster = Cluster::start_etcd_with_auth(nodes, EtcdAuth::new(tokens))
+            .await
+            .expect("auth-enabled etcd cluster");
+        Self::with(cluster, name).await
+    }
+
+    async fn with(cluster: Cluster, name: &'static str) -> Arc<dyn BackendFactory> {
+        let user = cluster
+            .etcd_auth()
+            .map(|auth| ("root".to_string(), auth.root_password.clone()));
+        let inspector = EtcdBackend::connect(&cluster.endpoints(), options(&user))
             .await
             .expect("inspector client");
-        let version = cluster.server_version().await.ok();
+        let version = cluster.server_version().await.ok().map(|v| {
+            match cluster.etcd_auth().map(|a| &a.tokens) {
+                Some(EtcdTokens::Simple { ttl }) => format!(
+                    "{v}, auth on (root user, simple tokens, --auth-token-ttl={})",
+                    ttl.as_secs()
+                ),
+                Some(EtcdTokens::Jwt { ttl }) => {
+                    format!(
+                        "{v}, auth on (root user, JWT tokens, ttl={}s)",
+                        ttl.as_secs()
+                    )
+                }
+                None => v,
+            }
+        });
         let cluster = Arc::new(cluster);
         Arc::new(EtcdFactory {
             name,
@@ -50,6 +89,7 @@ impl EtcdFactory {
             inspector,
             proxies: Default::default(),
             version,
+            user,
         })
     }
 
@@ -83,7 +123,7 @@ impl BackendFactory for EtcdFactory {
         let (link, addrs) = ProxyLink::start_all(&nodes).await?;
         link.numbers_nodes();
         let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-        let backend = EtcdBackend::connect(&endpoints, EtcdOptions::default()).await?;
+        let backend = EtcdBackend::connect(&endpoints, options(&self.user)).await?;
         self.proxies.lock().unwrap().push(link.clone());
         Ok(Client {
             backend: Arc::new(backend),
@@ -162,10 +202,31 @@ impl BackendFactory for EtcdFactory {
     fn candidate(&self) -> Option<CandidateCommand> {
         Some(CandidateCommand {
             program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
-            url: format!("etcd://{}", self.cluster.endpoints().join(",")),
+            url: match &self.user {
+                Some((user, password)) => format!(
+                    "etcd://{user}:{password}@{}",
+                    self.cluster.endpoints().join(",")
+                ),
+                None => format!("etcd://{}", self.cluster.endpoints().join(",")),
+            },
         })
     }
 }
+
+/// Client options, logging in as `user` when auth is on.
+fn options(user: &Option<(String, String)>) -> EtcdOptions {
+    let options = EtcdOptions::default();
+    match user {
+        Some((user, password)) => {
+            let connect = options.connect.clone().with_user(user, password);
+            options.with_connect_options(connect)
+        }
+        None => options,
+    }
+}
+
+/// Needs 3 nodes.
+const CUT_OFF: &str = "standby_sees_failover_when_its_node_is_cut_off";
 
 /// etcd stores any key: no key breaks a key rule.
 const ANY_KEY: &str = "key_breaking_backend_rule_is_invalid_argument";
@@ -177,7 +238,18 @@ fn main() -> std::process::ExitCode {
             "server_node_killed_leader_survives_or_fails_over",
             "holders_server_node_paused_longer_than_ttl",
             "servers_leader_paused_longer_than_ttl",
+            CUT_OFF,
         ]),
         Target::new("three", || EtcdFactory::start(3, "etcd-3node")).expect_skips(&[ANY_KEY]),
+        Target::new("auth", || {
+            EtcdFactory::start_with_auth(1, "etcd-1node-auth")
+        })
+        .expect_skips(&[
+            ANY_KEY,
+            "server_node_killed_leader_survives_or_fails_over",
+            "holders_server_node_paused_longer_than_ttl",
+            "servers_leader_paused_longer_than_ttl",
+            CUT_OFF,
+        ]),
     ])
 }

@@ -305,6 +305,7 @@ fn main() -> std::process::ExitCode {
                 "server_node_killed_leader_survives_or_fails_over",
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
                 "cluster_restart_tokens_keep_increasing",
                 "standby_waits_through_history_compaction",
             ]),
@@ -317,10 +318,13 @@ fn main() -> std::process::ExitCode {
                 "server_node_killed_leader_survives_or_fails_over",
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
             ]),
             // The candidates reach the Lease server, not an etcd node.
-            Target::new("three", || KubeFactory::test_server(3, "kube-3node"))
-                .expect_skips(&["holders_server_node_paused_longer_than_ttl"]),
+            Target::new("three", || KubeFactory::test_server(3, "kube-3node")).expect_skips(&[
+                "holders_server_node_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
+            ]),
         ],
     };
     tenure_conformance::run_targets(targets)

@@ -56,7 +56,7 @@ impl RedisFactory {
             .await
             .expect("redis masters");
         let inspector = RedlockBackend::builder(&cluster.endpoints())
-            .accept_unfenced()
+            .allow_unfenced()
             .connect()
             .await
             .expect("inspector client");
@@ -122,7 +122,7 @@ impl BackendFactory for RedisFactory {
         link.numbers_nodes();
         let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         let backend = RedlockBackend::builder(&endpoints)
-            .accept_unfenced()
+            .allow_unfenced()
             .connect()
             .await?;
         self.proxies.lock().unwrap().push(link.clone());
@@ -183,7 +183,7 @@ impl BackendFactory for RedisFactory {
         Some(CandidateCommand {
             program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
             url: format!(
-                "redis://{}?unfenced=accept",
+                "redis://{}?allow_unfenced=true",
                 self.cluster.endpoints().join(",")
             ),
         })
@@ -532,6 +532,7 @@ fn main() -> std::process::ExitCode {
                 HISTORY,
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
                 "server_node_killed_leader_survives_or_fails_over",
             ])
             .expect_broken(&[RESTART])
@@ -542,6 +543,7 @@ fn main() -> std::process::ExitCode {
                 TOKENS_WIPED,
                 HISTORY,
                 "servers_leader_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
             ])
             .expect_broken(&[RESTART])
             .with_trial("failure_matrix", failure_matrix),

@@ -11,7 +11,7 @@ use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::taps::ZooKeeperMessages;
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
-    ServerFaults, Target,
+    ServerFaults, Target, Timing,
 };
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 use tenure_zookeeper::zookeeper_client::Error as ZkError;
@@ -23,6 +23,11 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The harness's servers' tickTime.
 const TICK_TIME: Duration = Duration::from_millis(200);
+
+/// The harness's servers' syncLimit (`conformance/image/zookeeper-server`):
+/// a follower cut off from the leader serves its clients for that many
+/// ticks before it gives up and drops them.
+const SYNC_LIMIT: u32 = 10;
 
 fn options() -> ZooKeeperOptions {
     ZooKeeperOptions::default()
@@ -152,6 +157,15 @@ impl BackendFactory for ZooKeeperFactory {
         self.inspector.capabilities()
     }
 
+    fn timing(&self) -> Timing {
+        let mut timing = Timing::for_capabilities(&self.capabilities());
+        // The follower gives up on the leader after syncLimit ticks without
+        // a packet from it, then shuts its server down, dropping clients
+        // (a tick's allowance), and they connect elsewhere.
+        timing.cut_off_noticed = TICK_TIME * (SYNC_LIMIT + 1);
+        timing
+    }
+
     async fn client(&self) -> Result<Client> {
         let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
         let tap = Arc::new(self.messages.clone());
@@ -271,6 +285,7 @@ fn main() -> std::process::ExitCode {
             "server_node_killed_leader_survives_or_fails_over",
             "holders_server_node_paused_longer_than_ttl",
             "servers_leader_paused_longer_than_ttl",
+            "standby_sees_failover_when_its_node_is_cut_off",
             NO_HISTORY,
         ]),
         Target::new("three", || ZooKeeperFactory::start(3, "zookeeper-3node"))

@@ -15,6 +15,7 @@ use bollard::query_parameters::{CreateContainerOptionsBuilder, KillContainerOpti
 use bollard::Docker;
 use futures::future::join_all;
 
+use super::auth::{AuthSetup, EtcdAuth};
 use super::docker::{self, labels};
 use super::error::{HarnessError, Result};
 use super::image::Image;
@@ -132,6 +133,8 @@ pub struct Cluster {
     cluster_network: String,
     nodes: Vec<Node>,
     state: Mutex<Vec<NodeState>>,
+    /// etcd with authentication on, and what its nodes need for it.
+    auth: Option<(EtcdAuth, AuthSetup)>,
 }
 
 fn new_run_id() -> String {
@@ -149,7 +152,35 @@ impl Cluster {
     /// and ZooKeeper, a leader is elected). Builds the image if needed and
     /// first [`sweep`](super::sweep)s what dead test processes left behind.
     pub async fn start(topology: Topology) -> Result<Cluster> {
+        Self::start_with(topology, None).await
+    }
+
+    /// Starts an etcd cluster of `nodes` members with authentication on
+    /// (see [`EtcdAuth`]): it returns once auth is enabled; clients then
+    /// need the root user's credentials for every key-value request.
+    pub async fn start_etcd_with_auth(nodes: usize, auth: EtcdAuth) -> Result<Cluster> {
+        Self::start_with(Topology::Etcd { nodes }, Some(auth)).await
+    }
+
+    /// The authentication the etcd servers run with, if any.
+    pub fn etcd_auth(&self) -> Option<&EtcdAuth> {
+        self.auth.as_ref().map(|(auth, _)| auth)
+    }
+
+    async fn start_with(topology: Topology, auth: Option<EtcdAuth>) -> Result<Cluster> {
         let size = topology.size();
+        let auth = match auth {
+            Some(_) if topology.kind() != Kind::Etcd => {
+                return Err(HarnessError::Invalid(format!(
+                    "{topology:?}: authentication is for etcd only"
+                )))
+            }
+            Some(auth) => {
+                let setup = AuthSetup::new(&auth).await?;
+                Some((auth, setup))
+            }
+            None => None,
+        };
         if size == 0 {
             return Err(HarnessError::Invalid(format!("{topology:?} has no nodes")));
         }
@@ -170,6 +201,7 @@ impl Cluster {
             image,
             nodes: Vec::with_capacity(size),
             state: Mutex::new(vec![NodeState::default(); size]),
+            auth,
         };
         for (name, internal) in [
             (&cluster.client_network, false),
@@ -192,7 +224,10 @@ impl Cluster {
             cluster.nodes.push(node);
         }
         cluster.wait_ready(CLUSTER_READY_TIMEOUT).await?;
-        tracing::info!(run = %cluster.run, ?topology, endpoints = ?cluster.endpoints(), "cluster serving");
+        if let Some((auth, _)) = &cluster.auth {
+            super::auth::enable(&cluster.nodes[0].endpoint(), auth).await?;
+        }
+        tracing::info!(run = %cluster.run, ?topology, endpoints = ?cluster.endpoints(), auth = ?cluster.etcd_auth().map(|a| &a.tokens), "cluster serving");
         Ok(cluster)
     }
 
@@ -204,9 +239,13 @@ impl Cluster {
         let mut last_error = None;
         for _ in 0..5 {
             let host_port = ports::pick()?;
-            let spec = self
+            let mut spec = self
                 .kind
                 .spec(index, self.topology.size(), host_port, &self.run);
+            if let Some((_, setup)) = &self.auth {
+                spec.env.extend(setup.env.iter().cloned());
+                spec.cmd = setup.wrap(spec.cmd);
+            }
             let body = ContainerCreateBody {
                 image: Some(self.image.name().to_string()),
                 // No `hostname`: docker 20.10 makes it an alias on every

@@ -24,6 +24,7 @@
 //! network holds the node's default route, so docker leaves the port mapping
 //! and open client connections alone).
 
+mod auth;
 mod cluster;
 mod docker;
 mod error;
@@ -34,6 +35,7 @@ mod servers;
 mod stats;
 mod wait;
 
+pub use auth::{EtcdAuth, EtcdTokens};
 pub use cluster::{Cluster, Node, Topology, CLUSTER_READY_TIMEOUT, NODE_READY_TIMEOUT};
 pub use docker::{leftovers, sweep, Leftovers, LABEL};
 pub use error::{HarnessError, Result};

@@ -70,6 +70,12 @@ fn json_u64(v: &Value) -> Option<u64> {
     }
 }
 
+/// `POST` a JSON body to etcd's gateway at `path` (`/v3/auth/enable`, ...);
+/// its JSON answer, or an error for a non-success status.
+pub async fn etcd_post_json(endpoint: &str, path: &str, body: Value) -> Result<Value> {
+    etcd_post(endpoint, path, body).await
+}
+
 /// `GET /health`: whether the member reports `{"health":"true"}` (it has a
 /// leader and can serve).
 pub async fn etcd_health(endpoint: &str) -> Result<bool> {

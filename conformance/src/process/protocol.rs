@@ -73,7 +73,7 @@ pub enum Message {
     },
     /// Its term ended.
     Lost {
-        /// Why, as `LossReason` prints it in debug form (`Expired`, `Revoked`, `Resigned`).
+        /// Why, as `LossReason` prints it in debug form (`Expired`, `Revoked`, `TakenOver`, ...).
         reason: String,
         /// When it saw the end, on the shared clock.
         at_ns: u64,

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tenure_core::{Capabilities, Error, KeyRule};
+use tenure_core::{Capabilities, Error, KeyRule, LossReason};
 
 /// What the remote client asks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,8 +126,9 @@ pub enum WireError {
     LeaseLost {
         /// The key.
         key: String,
-        /// Why.
-        reason: String,
+        /// Why, spelled as [`LossReason::as_str`] (`revoked`, `taken_over`, ...).
+        #[serde(with = "loss_reason")]
+        reason: LossReason,
     },
     /// [`Error::Unavailable`] or [`Error::Timeout`]: retryable.
     Unavailable {
@@ -150,7 +151,7 @@ impl From<&Error> for WireError {
             },
             Error::LeaseLost { key, reason } => WireError::LeaseLost {
                 key: key.clone(),
-                reason: reason.clone(),
+                reason: *reason,
             },
             e if e.is_retryable() => WireError::Unavailable {
                 detail: e.to_string(),
@@ -159,6 +160,21 @@ impl From<&Error> for WireError {
                 detail: e.to_string(),
             },
         }
+    }
+}
+
+/// A [`LossReason`] on the wire: its stable spelling, [`LossReason::as_str`].
+mod loss_reason {
+    use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
+    use tenure_core::LossReason;
+
+    pub fn serialize<S: Serializer>(reason: &LossReason, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(reason.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<LossReason, D::Error> {
+        let spelling = String::deserialize(d)?;
+        spelling.parse().map_err(D::Error::custom)
     }
 }
 
@@ -211,6 +227,8 @@ pub struct WireCapabilities {
     max_key_len: usize,
     expiry_slack_ns: u64,
     expiry_judged_by_observer: bool,
+    #[serde(default)]
+    holder_watches_own_record: bool,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -230,6 +248,7 @@ impl From<&Capabilities> for WireCapabilities {
             max_key_len: c.max_key_len,
             expiry_slack_ns: ns(c.expiry_slack),
             expiry_judged_by_observer: c.expiry_judged_by_observer,
+            holder_watches_own_record: c.holder_watches_own_record,
         }
     }
 }
@@ -249,6 +268,7 @@ impl From<WireCapabilities> for Capabilities {
         c.max_key_len = w.max_key_len;
         c.expiry_slack = Duration::from_nanos(w.expiry_slack_ns);
         c.expiry_judged_by_observer = w.expiry_judged_by_observer;
+        c.holder_watches_own_record = w.holder_watches_own_record;
         c
     }
 }
@@ -267,10 +287,22 @@ mod tests {
         caps.max_key_len = 63;
         caps.expiry_slack = Duration::from_millis(7);
         caps.expiry_judged_by_observer = true;
+        caps.holder_watches_own_record = true;
         caps.tokens_survive_state_loss = false;
         let json = serde_json::to_string(&WireCapabilities::from(&caps)).unwrap();
         let back: WireCapabilities = serde_json::from_str(&json).unwrap();
         assert_eq!(Capabilities::from(back), caps);
+    }
+
+    #[test]
+    fn a_loss_reason_travels_in_its_stable_spelling() {
+        let lost = WireError::from(&Error::lease_lost("k", LossReason::TakenOver));
+        let json = serde_json::to_string(&lost).unwrap();
+        assert!(json.contains(r#""reason":"taken_over""#), "{json}");
+        assert_eq!(serde_json::from_str::<WireError>(&json).unwrap(), lost);
+        let unknown = json.replace("taken_over", "stolen");
+        let refused = serde_json::from_str::<WireError>(&unknown).unwrap_err();
+        assert!(refused.to_string().contains("stolen"), "{refused}");
     }
 
     #[test]
@@ -280,7 +312,10 @@ mod tests {
             back(Error::invalid("ttl", "zero")),
             Error::InvalidArgument { field: "ttl", .. }
         ));
-        assert!(back(Error::lease_lost("k", "gone")).is_lease_lost());
+        for reason in LossReason::ALL {
+            let lost = back(Error::lease_lost("k", reason));
+            assert_eq!(lost.loss_reason(), Some(reason), "{lost}");
+        }
         let unavailable = Error::Unavailable {
             backend: "memory",
             source: "cut off".into(),

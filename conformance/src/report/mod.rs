@@ -95,6 +95,10 @@ pub struct Figures {
     /// (heartbeats excluded; see `BackendFactory::server_requests`).
     #[serde(default)]
     pub requests_per_change: Option<f64>,
+    /// From an out-of-band delete of the holder's record to its lease
+    /// ending (backends whose holders watch their own records).
+    #[serde(default)]
+    pub deletion_noticed_ms: Option<f64>,
 }
 
 /// The result of one case on one backend.

@@ -2,8 +2,8 @@
 
 use super::{CaseReport, Outcome};
 
-const HEADER: &str = "| case | contract | result | checks | handover ms | failover ms | expiry ms | overlaps | stale refused | stale accepted | writes/change | requests/change | notes |\n\
-|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+const HEADER: &str = "| case | contract | result | checks | handover ms | failover ms | expiry ms | overlaps | stale refused | stale accepted | writes/change | requests/change | deletion noticed ms | notes |\n\
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 
 fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
@@ -40,7 +40,7 @@ pub fn row(r: &CaseReport) -> String {
     notes.extend(r.notes.iter().cloned());
     let f = &r.figures;
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         r.case,
         r.contract,
         cell(&result),
@@ -55,6 +55,7 @@ pub fn row(r: &CaseReport) -> String {
             .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
         f.requests_per_change
             .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+        ms(f.deletion_noticed_ms),
         cell(&notes.join("; ")),
     )
 }

@@ -4,6 +4,7 @@
 mod acquire;
 mod candidate;
 mod context;
+mod cutoff;
 mod deadline;
 mod dropped;
 mod elector;
@@ -38,6 +39,7 @@ pub use acquire::{
 };
 pub use candidate::{elector as elector_for, Holder, Leader, Standby};
 pub use context::{Context, Cx, Failure, Step};
+pub use cutoff::standby_sees_failover_when_its_node_is_cut_off;
 pub use deadline::deadline_counts_from_send_under_delayed_answers;
 pub use dropped::dropped_acquire_leaves_nothing;
 pub use elector::{

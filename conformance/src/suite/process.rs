@@ -110,9 +110,11 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
             )) => {
                 cx.safety().extend(term, from_ns(valid_until_ns));
                 cx.safety().end(term, from_ns(at_ns));
-                cx.check(Property::Contract, reason != "Resigned", || {
-                    format!("the frozen candidate's term ended as {reason}")
-                })?;
+                cx.check(
+                    Property::Contract,
+                    !matches!(reason.as_str(), "Resigned" | "Shutdown"),
+                    || format!("the frozen candidate's term ended as {reason}"),
+                )?;
             }
             other => cx.check(Property::Contract, false, || {
                 format!("resumed, the candidate reported {other:?}, not its loss")

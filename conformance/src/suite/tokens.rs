@@ -1,9 +1,15 @@
 //! Contract point 9: every grant's token is greater than every earlier one.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::LossReason;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::candidate::Holder;
-use super::context::{Failure, Step};
+use super::context::{Cx, Failure, Step};
+use super::faults::millis;
 use super::runner::{run_case, Meta, Quiet};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -83,7 +89,11 @@ async fn wipe(cx: &super::context::Cx, key: &tenure_core::ElectionKey) -> Step {
 /// While a candidate holds a key, its election's state on the servers is
 /// deleted out of band (as an operator could): the next grant's token is
 /// still greater than every earlier one, so the deposed holder's writes are
-/// refused, and the deposed holder learns of its loss at its next renewal.
+/// refused, and the deposed holder learns of its loss at its next renewal;
+/// where the backend says holders watch their own records
+/// (`holder_watches_own_record`), its lease ends within
+/// [`Timing::at_once_max`](crate::factory::Timing) of the wipe instead
+/// (the figure: the later of the two wipes).
 pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "token_increases_after_state_wiped",
@@ -104,8 +114,11 @@ pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>)
         let key = cx.new_key();
         let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
         a.write();
+        let heard = listen(&a);
         wipe(&cx, &key).await?;
-        // Out of band: a is deposed without knowing; only fencing covers it now.
+        let mut deletions = vec![noticed(&cx, &a, heard, Instant::now()).await?];
+        // Out of band: a is deposed (and perhaps told); only fencing covers
+        // its writes now.
         a.crash();
         let b = Holder::acquire(&cx, &cb, &key, "b").await?;
         b.write();
@@ -116,7 +129,9 @@ pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>)
             lost.as_ref().is_err_and(|e| e.is_lease_lost()),
             || format!("the deposed holder's renewal gave {lost:?}, not LeaseLost"),
         )?;
+        let heard = listen(&b);
         wipe(&cx, &key).await?;
+        deletions.push(noticed(&cx, &b, heard, Instant::now()).await?);
         b.crash();
         let c = Holder::acquire(&cx, &cc, &key, "c").await?;
         c.write();
@@ -134,7 +149,72 @@ pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>)
             format!("tokens in grant order across two wipes: {raw}")
         })?;
         cx.note(format!("tokens {raw}"));
+        let noticed: Vec<Duration> = deletions.into_iter().flatten().collect();
+        if let Some(worst) = noticed.iter().max() {
+            cx.figures(|f| f.deletion_noticed_ms = Some(millis(*worst)));
+            let each: Vec<String> = noticed
+                .iter()
+                .map(|d| format!("{:.1}", millis(*d)))
+                .collect();
+            cx.note(format!(
+                "the holder's lease ended {} ms after each wipe",
+                each.join(" and ")
+            ));
+        } else {
+            cx.note(
+                "holders learn of a wipe at their next renewal \
+                 (capabilities: holder_watches_own_record = false)",
+            );
+        }
         c.release().await
     })
     .await
+}
+
+/// When the holder's lease says it is gone (its backend's loss signal),
+/// heard from now on.
+fn listen(holder: &Holder) -> JoinHandle<(LossReason, Instant)> {
+    let lease = holder.lease.clone();
+    tokio::spawn(async move {
+        let reason = lease.loss_signalled().await;
+        (reason, Instant::now())
+    })
+}
+
+/// Where the backend says its holders watch their own records: how long
+/// after the wipe (which returned at `wiped`) the holder's lease stopped
+/// being valid, within [`Timing::at_once_max`](crate::factory::Timing),
+/// and why. `None` where holders learn at their next renewal.
+async fn noticed(
+    cx: &Cx,
+    holder: &Holder,
+    heard: JoinHandle<(LossReason, Instant)>,
+    wiped: Instant,
+) -> Step<Option<Duration>> {
+    if !cx.caps().holder_watches_own_record {
+        heard.abort();
+        return Ok(None);
+    }
+    let bound = cx.timing().at_once_max;
+    let outcome = tokio::time::timeout_at(wiped + bound, heard).await;
+    let Ok(Ok((reason, at))) = outcome else {
+        let valid = holder.lease.is_valid();
+        cx.check(Property::Contract, false, || {
+            format!(
+                "capabilities say holders watch their own records, but {bound:?} after the wipe \
+                 the holder's lease gave no sign of its loss (is_valid: {valid})"
+            )
+        })?;
+        return Ok(None);
+    };
+    let took = at.saturating_duration_since(wiped);
+    cx.check(Property::Contract, !holder.lease.is_valid(), || {
+        "the holder's lease fired its loss signal yet is still valid".into()
+    })?;
+    cx.check(
+        Property::Contract,
+        matches!(reason, LossReason::Deleted | LossReason::TakenOver),
+        || format!("the wiped holder's loss was given as {reason:?}, not Deleted or TakenOver"),
+    )?;
+    Ok(Some(took))
 }

@@ -92,6 +92,14 @@ pub enum Bug {
     /// history is compacted, for the end of its wait, and looks again only a
     /// TTL later.
     WaitLostOnCompaction,
+    /// Declares that holders watch their own records
+    /// (`holder_watches_own_record`), but a holder whose record is deleted
+    /// out of band learns it only at its next renewal.
+    DeafToDeletion,
+    /// A waiting candidate trusts its watch: on a server node cut off from
+    /// its peers (its watches silent), it never looks for itself, and hears
+    /// of its grant only once the node is back.
+    TrustsItsWatch,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -244,7 +252,13 @@ impl Mutant {
             Bug::DeadlineTooLate => lease.sent_at() + lease.ttl() / 2,
             _ => lease.sent_at(),
         };
-        Lease::new(c.clone(), token, sent_at, lease.handle().clone())
+        let seen = Lease::new(c.clone(), token, sent_at, lease.handle().clone());
+        match lease.loss_signal() {
+            Some(signal) if self.bug != Bug::DeafToDeletion => {
+                seen.with_loss_signal(signal.clone())
+            }
+            _ => seen,
+        }
     }
 
     fn event(&self, event: LeaderEvent) -> LeaderEvent {
@@ -412,12 +426,16 @@ impl LeaseBackend for Mutant {
         let granted = match (self.bug, granted) {
             (Bug::DeadlineFromAnswer, Acquisition::Granted(lease)) => {
                 let answered = Instant::now();
-                Acquisition::Granted(Lease::new(
+                let late = Lease::new(
                     lease.candidacy().clone(),
                     lease.token(),
                     answered,
                     lease.handle().clone(),
-                ))
+                );
+                Acquisition::Granted(match lease.loss_signal() {
+                    Some(signal) => late.with_loss_signal(signal.clone()),
+                    None => late,
+                })
             }
             (_, granted) => granted,
         };
@@ -634,6 +652,9 @@ impl BackendFactory for MutantFactory {
     }
     async fn client(&self) -> Result<Client> {
         let inner = self.parts.memory.memory_client();
+        if self.parts.bug == Bug::TrustsItsWatch {
+            inner.faults().trust_watches(true);
+        }
         if self.parts.bug == Bug::WritesOnConnect {
             if let Acquisition::Granted(lease) =
                 inner.acquire(&registration(), AcquireMode::Once).await?

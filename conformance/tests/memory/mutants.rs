@@ -157,6 +157,22 @@ pub async fn tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped() {
     );
 }
 
+pub async fn a_holder_deaf_to_deletion_fails_token_increases_after_state_wiped() {
+    let f = MutantFactory::planted(Bug::DeafToDeletion);
+    failed_on(
+        &suite::token_increases_after_state_wiped(f).await,
+        Property::Contract,
+    );
+}
+
+pub async fn a_waiter_that_trusts_its_watch_fails_standby_sees_failover_when_its_node_is_cut_off() {
+    let f = MutantFactory::planted(Bug::TrustsItsWatch);
+    failed_on(
+        &suite::standby_sees_failover_when_its_node_is_cut_off(f).await,
+        Property::Timing,
+    );
+}
+
 pub async fn prefix_elections_fail_nested_keys_are_independent() {
     let f = MutantFactory::planted(Bug::NestedKeysShared);
     failed_on(

@@ -119,7 +119,7 @@ mod tests {
     fn hosts_are_split_from_urls() {
         assert_eq!(hosts("etcd://a:1,b:2"), ["a:1", "b:2"]);
         assert_eq!(
-            redis_uris("redis://a:1,b:2?unfenced=accept"),
+            redis_uris("redis://a:1,b:2?allow_unfenced=true"),
             ["redis://a:1", "redis://b:2"]
         );
     }

@@ -184,7 +184,7 @@ impl Deployment {
             Server::Redis(_) => Arc::new(ctx(
                 "Redis client",
                 RedlockBackend::builder(&endpoints)
-                    .accept_unfenced()
+                    .allow_unfenced()
                     .connect()
                     .await,
             )?),
@@ -204,7 +204,7 @@ impl Deployment {
                 ZK_TICK.as_millis()
             )),
             Server::Kube(_) => self.kubeconfig.as_ref().map(|k| k.url()),
-            Server::Redis(_) => Some(format!("redis://{hosts}?unfenced=accept")),
+            Server::Redis(_) => Some(format!("redis://{hosts}?allow_unfenced=true")),
         }
     }
 

@@ -15,7 +15,7 @@ pub struct Plan {
     pub latency_samples: usize,
     /// Hand-over trials.
     pub handover_trials: usize,
-    /// Crash-failover trials (at [`Plan::failover_ttl`]).
+    /// Crash-failover trials (at [`TTL`]).
     pub failover_trials: usize,
     /// etcdctl's crash-failover trials (60 s TTL each).
     pub etcdctl_failover_trials: usize,

@@ -92,7 +92,7 @@ pub async fn main(args: &[String]) -> BenchResult<()> {
     let took = started.elapsed();
     let context = report::Context {
         quick: options.plan.quick,
-        command: std::iter::once("target/debug/tenure-bench".to_owned())
+        command: std::iter::once("target/measure/tenure-bench".to_owned())
             .chain(args.iter().cloned())
             .collect::<Vec<_>>()
             .join(" "),

@@ -11,7 +11,7 @@ Backends (--backend URL):
   etcd://[user:password@]host:port[,host:port...][/prefix/]   (etcds:// or ?tls=true&ca=FILE for TLS)
   zk://[user:password@]host:port[,host:port...][/base/path][?session_timeout_ms=N]
   kube://[/path/to/kubeconfig][?namespace=ns&context=name]
-  redis://[:password@]host:port[,host:port...][/prefix]?unfenced=accept
+  redis://[:password@]host:port[,host:port...][/prefix]?allow_unfenced=true
                                          Redlock: no fencing token; the command gets none
 
 Examples:

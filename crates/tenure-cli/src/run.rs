@@ -37,7 +37,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
 async fn prepare(args: &RunArgs, started: Instant) -> Result<Elector, Failure> {
     let backend = connect::backend(&args.election).await?;
     // A backend that cannot fence (Redis) is only built from a URL that
-    // says so (`?unfenced=accept`): that is the user's opt-in, and the
+    // says so (`?allow_unfenced=true`): that is the user's opt-in, and the
     // command then runs without TENURE_FENCING_TOKEN.
     let unfenced = !backend.capabilities().fencing;
     let mut builder = Elector::builder(backend)

@@ -58,6 +58,10 @@ fn main() {
             watch_prints_the_current_state_and_stops_on_sigterm,
         ),
         Trial::test(
+            "run_exports_a_token_that_parses_back",
+            run_exports_a_token_that_parses_back,
+        ),
+        Trial::test(
             "run_passes_key_identity_and_token_and_the_exit_status",
             run_passes_key_identity_and_token_and_the_exit_status,
         ),
@@ -360,6 +364,32 @@ fn run_passes_key_identity_and_token_and_the_exit_status() -> Outcome {
     command.env("TENURE_FENCING_TOKEN", "0");
     let out = finish(command, QUICK)?;
     ensure!(out.code() == Some(7), "{out:?}");
+    Ok(())
+}
+
+fn run_exports_a_token_that_parses_back() -> Outcome {
+    let dir = scratch("token-parses");
+    let out = dir.join("token");
+    let mut command = tenure([
+        "run",
+        "-b",
+        "memory://",
+        "-k",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        r#"printf %s "$TENURE_FENCING_TOKEN" > "$OUT""#,
+    ]);
+    command.env("OUT", &out);
+    let status = finish(command, QUICK)?;
+    ensure!(status.code() == Some(0), "{status:?}");
+    let text = std::fs::read_to_string(&out)?;
+    let token: tenure::FencingToken = text.parse()?;
+    ensure!(
+        token.to_string() == text,
+        "{text:?} printed back as {token}"
+    );
     Ok(())
 }
 

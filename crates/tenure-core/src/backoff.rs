@@ -14,8 +14,9 @@ pub(crate) fn jittered(d: Duration, fraction: f64) -> Duration {
 }
 
 /// Exponential back-off with full jitter (each delay uniform in `[min, cap]`,
-/// the cap doubling per attempt up to `max`), so candidates that failed
-/// together do not retry together.
+/// the cap starting at twice `min` and doubling per attempt up to `max`), so
+/// candidates that failed together do not retry together, not even the
+/// first time.
 #[derive(Clone, Debug)]
 pub(crate) struct Backoff {
     min: Duration,
@@ -35,7 +36,7 @@ impl Backoff {
     pub(crate) fn next_delay(&mut self) -> Duration {
         let cap = self
             .min
-            .saturating_mul(1u32 << self.attempt.min(16))
+            .saturating_mul(2u32 << self.attempt.min(16))
             .min(self.max);
         self.attempt += 1;
         if cap <= self.min {
@@ -64,7 +65,23 @@ mod tests {
             "{delays:?}"
         );
         b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(10));
+        assert!(b.next_delay() <= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn the_first_delay_is_jittered_too() {
+        // Candidates that failed together (a member restart) must not
+        // re-campaign in the same instant: their first delays differ.
+        let (min, max) = (Duration::from_millis(50), Duration::from_secs(2));
+        let firsts: Vec<_> = (0..50)
+            .map(|_| Backoff::new(min, max).next_delay())
+            .collect();
+        assert!(
+            firsts.iter().all(|d| *d >= min && *d <= min * 2),
+            "{firsts:?}"
+        );
+        let distinct: std::collections::BTreeSet<_> = firsts.iter().collect();
+        assert!(distinct.len() > 10, "first delays: {firsts:?}");
     }
 
     #[test]

@@ -100,6 +100,11 @@ pub struct Capabilities {
     /// does): a candidate that was not watching a key when its holder stopped
     /// renewing treats it as held for up to one TTL from its first look.
     pub expiry_judged_by_observer: bool,
+    /// A holder learns within a round trip, not at its next renewal, that
+    /// its record was deleted out of band or taken by another candidate: the
+    /// backend watches it and [fires](crate::LossSignal) its lease's loss
+    /// signal. The conformance suite measures how soon.
+    pub holder_watches_own_record: bool,
 }
 
 impl Capabilities {
@@ -117,6 +122,7 @@ impl Capabilities {
             max_key_len: crate::types::MAX_KEY_LEN,
             expiry_slack: Duration::ZERO,
             expiry_judged_by_observer: false,
+            holder_watches_own_record: false,
         }
     }
 
@@ -156,7 +162,7 @@ impl Capabilities {
             ));
         }
         let g = self.ttl_granularity.as_nanos();
-        if g > 0 && ttl.as_nanos() % g != 0 {
+        if g > 0 && !ttl.as_nanos().is_multiple_of(g) {
             return Err(Error::invalid(
                 "ttl",
                 format!(

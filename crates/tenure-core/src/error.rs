@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::FencingToken;
+use crate::{FencingToken, LossReason};
 
 /// A boxed error from a backend's client library.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -31,8 +31,8 @@ pub enum Error {
     LeaseLost {
         /// The election key.
         key: String,
-        /// Why we know, or why we gave up.
-        reason: String,
+        /// What the backend could tell about why.
+        reason: LossReason,
     },
 
     /// The backend could not be reached or refused to serve for now; retrying may help.
@@ -99,10 +99,53 @@ impl Error {
     }
 
     /// Builds an [`Error::LeaseLost`].
-    pub fn lease_lost(key: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn lease_lost(key: impl Into<String>, reason: LossReason) -> Self {
         Error::LeaseLost {
             key: key.into(),
-            reason: reason.into(),
+            reason,
+        }
+    }
+
+    /// A copy of the same kind and fields, for a report that keeps an error
+    /// the caller gets too. A client library's source cannot be cloned: the
+    /// copy's source keeps its message (with its own sources') only.
+    pub(crate) fn duplicate(&self) -> Error {
+        fn text(source: &BoxError) -> BoxError {
+            let mut message = source.to_string();
+            let mut next = source.source();
+            while let Some(cause) = next {
+                message.push_str(": ");
+                message.push_str(&cause.to_string());
+                next = cause.source();
+            }
+            message.into()
+        }
+        match self {
+            Error::InvalidArgument { field, reason } => Error::invalid(field, reason.clone()),
+            Error::LeaseLost { key, reason } => Error::lease_lost(key.clone(), *reason),
+            Error::Unavailable { backend, source } => Error::Unavailable {
+                backend,
+                source: text(source),
+            },
+            Error::Timeout { operation, after } => Error::Timeout {
+                operation,
+                after: *after,
+            },
+            Error::Backend { backend, source } => Error::Backend {
+                backend,
+                source: text(source),
+            },
+            Error::Unsupported { backend, operation } => Error::Unsupported { backend, operation },
+            Error::StaleToken {
+                resource,
+                presented,
+                highest,
+            } => Error::StaleToken {
+                resource: resource.clone(),
+                presented: *presented,
+                highest: *highest,
+            },
+            Error::Shutdown => Error::Shutdown,
         }
     }
 
@@ -114,5 +157,46 @@ impl Error {
     /// Whether this error says the lease is lost.
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// Why the lease is lost, if this error says it is.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        match self {
+            Error::LeaseLost { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_keeps_the_kind_fields_and_message() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let errors = [
+            Error::invalid("ttl", "must be greater than zero"),
+            Error::lease_lost("k", LossReason::TakenOver),
+            Error::Unavailable {
+                backend: "etcd",
+                source: Box::new(io),
+            },
+            Error::Timeout {
+                operation: "renew",
+                after: Duration::from_secs(1),
+            },
+            Error::Shutdown,
+        ];
+        for error in &errors {
+            let copy = error.duplicate();
+            assert_eq!(copy.to_string(), error.to_string());
+            assert_eq!(copy.is_retryable(), error.is_retryable());
+            assert_eq!(copy.loss_reason(), error.loss_reason());
+        }
+        assert!(matches!(
+            errors[0].duplicate(),
+            Error::InvalidArgument { field: "ttl", .. }
+        ));
     }
 }

@@ -11,6 +11,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -18,6 +19,7 @@ use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::{
     heartbeat_runtime, AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error,
     LeaderEvent, Lease, LeaseBackend, Result,
@@ -157,13 +159,36 @@ impl<T: HostedBackend> LeaseBackend for T {
 }
 
 /// Releases a lease whose grant nobody took, logging what happened.
+///
+/// Transient failures are retried with back-off for one TTL, by when the
+/// backend has expired the lease by itself (as the Elector's own release
+/// does): one lost request must not leave a standby waiting out the TTL.
 async fn release_undelivered<T: HostedBackend>(backend: &T, lease: Lease) {
     let span = op_span("release", T::NAME, lease.key(), lease.holder().as_str());
     async {
-        match HostedBackend::release(backend, lease).await {
-            Ok(()) => tracing::debug!("released a grant whose campaign was dropped"),
-            Err(error) => {
-                tracing::warn!(%error, "could not release a grant whose campaign was dropped; it will expire")
+        let give_up = tokio::time::Instant::now() + lease.ttl();
+        let mut backoff = Backoff::new(Duration::from_millis(10), lease.ttl() / 4);
+        let mut attempts = 1u32;
+        loop {
+            match HostedBackend::release(backend, lease.clone()).await {
+                Ok(()) => {
+                    tracing::debug!(attempts, "released a grant whose campaign was dropped");
+                    return;
+                }
+                Err(error) if error.is_retryable() => {
+                    let delay = backoff.next_delay();
+                    if tokio::time::Instant::now() + delay >= give_up {
+                        tracing::warn!(%error, attempts, "could not release a grant whose campaign was dropped; it will expire");
+                        return;
+                    }
+                    tracing::debug!(%error, attempts, retry_in = ?delay, "releasing a grant whose campaign was dropped failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    attempts += 1;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "could not release a grant whose campaign was dropped; it will expire");
+                    return;
+                }
             }
         }
     }

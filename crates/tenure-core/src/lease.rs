@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{CandidateId, ElectionKey, Error, FencingToken, Result};
+use crate::{CandidateId, ElectionKey, Error, FencingToken, LossReason, Result};
 
 /// The default drift margin for a TTL: 2 % of it.
 ///
@@ -102,6 +103,55 @@ impl fmt::Debug for LeaseHandle {
     }
 }
 
+/// A backend's early word that a lease is gone, before any renewal could
+/// tell: its record was deleted out of band (`etcdctl del`, a deleted Lease
+/// object or znode) or taken by another candidate.
+///
+/// A backend that watches its holders' own records makes one per grant,
+/// [attaches](Lease::with_loss_signal) it to the lease and
+/// [fires](Self::fire) it from its watch. From then on the lease is not
+/// [valid](Lease::is_valid), and the Elector ends the term at once instead of
+/// at its next renewal. Clones share one state; the first reason wins.
+#[derive(Clone, Debug)]
+pub struct LossSignal(Arc<watch::Sender<Option<LossReason>>>);
+
+impl Default for LossSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LossSignal {
+    /// A signal that has not fired.
+    pub fn new() -> Self {
+        LossSignal(Arc::new(watch::Sender::new(None)))
+    }
+
+    /// Says the lease is gone, for `reason`; whether this was the first word.
+    pub fn fire(&self, reason: LossReason) -> bool {
+        self.0.send_if_modified(|s| {
+            let first = s.is_none();
+            if first {
+                *s = Some(reason);
+            }
+            first
+        })
+    }
+
+    /// The reason, once fired.
+    pub fn fired(&self) -> Option<LossReason> {
+        *self.0.borrow()
+    }
+
+    /// Resolves once the signal fires.
+    pub async fn wait(&self) -> LossReason {
+        let mut rx = self.0.subscribe();
+        let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
+        // The sender lives as long as `self`: `wait_for` cannot fail here.
+        reason.ok().flatten().unwrap_or(LossReason::Deleted)
+    }
+}
+
 /// A granted lease.
 ///
 /// `valid_until` is a local monotonic deadline: the send time of the request
@@ -122,6 +172,7 @@ pub struct Lease {
     sent_at: Instant,
     expiry_lead: Duration,
     handle: LeaseHandle,
+    loss: Option<LossSignal>,
 }
 
 impl Lease {
@@ -138,7 +189,15 @@ impl Lease {
             sent_at,
             expiry_lead: Duration::ZERO,
             handle,
+            loss: None,
         }
+    }
+
+    /// This lease, ended early when `signal` fires (its backend watches the
+    /// holder's own record). Renewals keep it. Backends call this.
+    pub fn with_loss_signal(mut self, signal: LossSignal) -> Self {
+        self.loss = Some(signal);
+        self
     }
 
     /// This lease, for a backend whose own expiry may start up to `lead`
@@ -158,6 +217,7 @@ impl Lease {
             sent_at: sent_at.max(self.sent_at),
             expiry_lead: self.expiry_lead,
             handle,
+            loss: self.loss.clone(),
         }
     }
 
@@ -197,9 +257,27 @@ impl Lease {
             .unwrap_or(self.sent_at)
             .max(self.sent_at)
     }
-    /// Whether the local deadline has not passed yet.
+    /// Whether the local deadline has not passed yet, and the backend has
+    /// not said the lease is gone ([`LossSignal`]).
     pub fn is_valid(&self) -> bool {
-        Instant::now() < self.valid_until()
+        self.signalled_loss().is_none() && Instant::now() < self.valid_until()
+    }
+    /// The backend's [`LossSignal`] for this lease, if it watches the
+    /// holder's record.
+    pub fn loss_signal(&self) -> Option<&LossSignal> {
+        self.loss.as_ref()
+    }
+    /// Why the backend said the lease is gone before its deadline, if it did.
+    pub fn signalled_loss(&self) -> Option<LossReason> {
+        self.loss.as_ref().and_then(LossSignal::fired)
+    }
+    /// Resolves when the backend says the lease is gone; never, on a lease
+    /// without a [`LossSignal`].
+    pub async fn loss_signalled(&self) -> LossReason {
+        match &self.loss {
+            Some(signal) => signal.wait().await,
+            None => std::future::pending().await,
+        }
     }
     /// Backend-private state.
     pub fn handle(&self) -> &LeaseHandle {

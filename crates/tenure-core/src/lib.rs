@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod backend;
@@ -11,6 +12,7 @@ mod error;
 mod fence;
 pub mod hosted;
 mod lease;
+mod loss;
 pub mod memory;
 mod types;
 
@@ -18,12 +20,13 @@ pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
 pub use elector::{
     default_identity, heartbeat_runtime, Elector, ElectorBuilder, ElectorState, Health, Leadership,
-    LossReason, RenewOn, Term, DEFAULT_TTL,
+    RenewOn, Term, Unhealthy, DEFAULT_TTL,
 };
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
 pub use hosted::{on_heartbeat_runtime, HostedBackend};
-pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle};
+pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle, LossSignal};
+pub use loss::LossReason;
 pub use memory::MemoryBackend;
 pub use types::{
     CandidateId, ElectionKey, FencingToken, LeaderEvent, LeaderInfo, MAX_IDENTITY_LEN, MAX_KEY_LEN,

@@ -1,6 +1,7 @@
 //! Validated names, fencing tokens and leader observations.
 
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::{Error, Result};
@@ -40,7 +41,15 @@ fn check_text(field: &'static str, value: &str, max: usize) -> Result<()> {
 /// Any non-empty text of at most [`MAX_KEY_LEN`] bytes without control
 /// characters or surrounding white space; each backend narrows this further
 /// (see [`crate::KeyRule`]), checked before any request is sent.
+///
+/// With the `serde` feature it is a string, checked on the way in as
+/// [`new`](Self::new) checks it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(try_from = "String", into = "String")
+)]
 pub struct ElectionKey(Arc<str>);
 
 impl ElectionKey {
@@ -61,7 +70,15 @@ impl ElectionKey {
 ///
 /// Non-empty, at most [`MAX_IDENTITY_LEN`] bytes, no control characters.
 /// Use something unique per process (host name plus pid, pod name).
+///
+/// With the `serde` feature it is a string, checked on the way in as
+/// [`new`](Self::new) checks it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(try_from = "String", into = "String")
+)]
 pub struct CandidateId(Arc<str>);
 
 impl CandidateId {
@@ -107,6 +124,11 @@ macro_rules! text_impls {
                 Self::new(s)
             }
         }
+        impl From<$t> for String {
+            fn from(value: $t) -> String {
+                value.0.as_ref().to_owned()
+            }
+        }
     };
 }
 text_impls!(ElectionKey);
@@ -117,7 +139,29 @@ text_impls!(CandidateId);
 /// Pass it with every write a leader makes downstream; the storage side keeps
 /// the highest it has seen (see [`crate::Fence`]) and refuses lower ones, so a
 /// deposed leader that still believes it leads can do no harm.
+///
+/// It prints as the plain decimal number (`Display`) and parses back from
+/// exactly that (`FromStr`), so it passes through an HTTP header or the
+/// `TENURE_FENCING_TOKEN` variable the `tenure` command exports:
+///
+/// ```
+/// use tenure_core::FencingToken;
+///
+/// let token = FencingToken::new(4096);
+/// let header = token.to_string();
+/// assert_eq!(header, "4096");
+/// assert_eq!(header.parse::<FencingToken>()?, token);
+/// assert!(" 4096".parse::<FencingToken>().is_err());
+/// # Ok::<(), tenure_core::Error>(())
+/// ```
+///
+/// With the `serde` feature it is a number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct FencingToken(u64);
 
 impl FencingToken {
@@ -134,13 +178,40 @@ impl FencingToken {
 }
 
 impl fmt::Display for FencingToken {
+    /// The plain decimal number, which [`FromStr`] parses back.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }
 }
 
+impl FromStr for FencingToken {
+    type Err = Error;
+
+    /// Parses what `Display` prints: decimal digits only, no sign, no white
+    /// space, no leading zeros, at most `u64::MAX`. Anything else is
+    /// [`Error::InvalidArgument`] naming the field `token`.
+    fn from_str(s: &str) -> Result<Self> {
+        let refuse = |why: &str| Error::invalid("token", format!("{s:?} {why}"));
+        if s.is_empty() {
+            return Err(Error::invalid("token", "must not be empty"));
+        }
+        if !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(refuse(
+                "is not a decimal number (digits only, no sign or white space)",
+            ));
+        }
+        if s.len() > 1 && s.starts_with('0') {
+            return Err(refuse("has leading zeros"));
+        }
+        s.parse::<u64>()
+            .map(FencingToken)
+            .map_err(|_| refuse("is above the largest token, 18446744073709551615"))
+    }
+}
+
 /// Who holds an election key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LeaderInfo {
     /// The holder's identity.
     pub identity: CandidateId,
@@ -149,7 +220,14 @@ pub struct LeaderInfo {
 }
 
 /// One observation of an election key, as [`crate::LeaseBackend::watch`] reports it.
+///
+/// With the `serde` feature: `{"elected":{"identity":..,"token":..}}` or `"vacant"`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum LeaderEvent {
     /// Someone leads (a new token, or a new holder, means a new term).
     Elected(LeaderInfo),
@@ -195,6 +273,53 @@ mod tests {
                     ..
                 })
             ));
+        }
+    }
+
+    #[test]
+    fn every_edge_token_prints_and_parses_back() {
+        let mut edges = vec![0, 1, 9, 10, 99, 100, u64::MAX - 1, u64::MAX];
+        edges.extend((0..64).map(|bit| 1u64 << bit));
+        edges.extend((1..64).map(|bit| (1u64 << bit) - 1));
+        edges.extend((0..20).map(|digits| 10u64.pow(digits)));
+        for raw in edges {
+            let token = FencingToken::new(raw);
+            let text = token.to_string();
+            assert_eq!(text, raw.to_string());
+            assert_eq!(text.parse::<FencingToken>().unwrap(), token, "{text}");
+        }
+    }
+
+    #[test]
+    fn junk_tokens_are_refused_naming_the_field() {
+        for bad in [
+            "",
+            " ",
+            "1 ",
+            " 1",
+            "\t7",
+            "7\n",
+            "-1",
+            "+1",
+            "0x10",
+            "1e3",
+            "1_000",
+            "1.0",
+            "abc",
+            "007",
+            "18446744073709551616",
+            "99999999999999999999999",
+            "٣",
+        ] {
+            match bad.parse::<FencingToken>() {
+                Err(Error::InvalidArgument {
+                    field: "token",
+                    reason,
+                }) => {
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("{bad:?}: expected InvalidArgument(token), got {other:?}"),
+            }
         }
     }
 

@@ -78,7 +78,7 @@ async fn tokens_strictly_increase_across_grants_including_the_same_identity() {
             lease.token()
         );
         last = lease.token();
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             a.release(&lease).await.unwrap();
         } else {
             tokio::time::sleep(TTL).await; // expiry instead of release

@@ -148,6 +148,62 @@ async fn lease_lost_from_the_backend_ends_the_term_as_revoked() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_record_deleted_out_of_band_ends_the_term_at_once_not_at_the_next_renewal() {
+    let server = MemoryBackend::new();
+    let leadership = elector(&server, "a", TTL).campaign().await.unwrap();
+    let started = Instant::now();
+    server.wipe(&key()); // the holder's record deleted, as `etcdctl del` would
+    assert_eq!(leadership.lost().await, LossReason::Deleted);
+    // The clock is paused: no renewal (due 1 s after the grant) has run.
+    assert_eq!(Instant::now() - started, Duration::ZERO);
+    assert_eq!(server.stats().renewals, 0);
+    assert!(!leadership.is_valid());
+    assert!(
+        leadership.cancellation_token().is_cancelled(),
+        "the leader's work is told at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_record_is_wiped_is_not_valid_at_once() {
+    use tenure_core::{AcquireMode, LeaseBackend};
+    let server = MemoryBackend::new();
+    let lease = server
+        .acquire(&common::candidacy("a", TTL), AcquireMode::Once)
+        .await
+        .unwrap()
+        .granted()
+        .unwrap();
+    assert!(lease.is_valid());
+    server.wipe(&key());
+    assert!(!lease.is_valid());
+    assert_eq!(lease.signalled_loss(), Some(LossReason::Deleted));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_after_another_candidate_took_the_key_ends_the_term_as_taken_over() {
+    let server = MemoryBackend::new();
+    let leadership = elector(&server, "a", TTL).campaign().await.unwrap();
+    server.expire_now(&key());
+    let b = elector(&server, "b", TTL).campaign().await.unwrap();
+    assert_eq!(leadership.lost().await, LossReason::TakenOver);
+    assert!(b.is_valid());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_the_term_as_shutdown_not_resigned() {
+    let server = MemoryBackend::new();
+    let a = elector(&server, "a", TTL);
+    let leadership = a.campaign().await.unwrap();
+    a.shutdown().await;
+    assert_eq!(leadership.ended(), Some(LossReason::Shutdown));
+    assert_eq!(
+        a.health().last_loss.map(|(reason, _)| reason),
+        Some(LossReason::Shutdown)
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn transient_renewal_failures_are_retried_and_leadership_survives() {
     let server = MemoryBackend::new();
     let leadership = elector(&server, "a", TTL).campaign().await.unwrap();

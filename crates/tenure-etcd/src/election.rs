@@ -10,7 +10,7 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
     WatchFilterType, WatchOptions,
 };
-use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
+use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result, MAX_IDENTITY_LEN};
 
 use crate::error::{bounded, map, BACKEND};
 use crate::Settings;
@@ -26,13 +26,40 @@ pub(crate) fn candidate_key(prefix: &str, lease_id: i64) -> String {
 }
 
 /// Who a candidate key says leads: identity from the value, token from the create revision.
-pub(crate) fn leader_info(kv: &KeyValue) -> Result<LeaderInfo> {
-    let identity = String::from_utf8_lossy(kv.value());
-    Ok(LeaderInfo {
-        identity: CandidateId::new(identity.as_ref())
-            .or_else(|_| CandidateId::new(format!("{:?}", identity)))?,
+pub(crate) fn leader_info(kv: &KeyValue) -> LeaderInfo {
+    LeaderInfo {
+        identity: shown_identity(kv.value()),
         token: Some(FencingToken::new(kv.create_revision() as u64)),
-    })
+    }
+}
+
+/// Another candidate's value as an identity to show. Reading it never fails:
+/// a Go service or `etcdctl elect` may propose any bytes (a JSON document of
+/// a kilobyte, binary), and only our own identity is held to
+/// [`MAX_IDENTITY_LEN`] bytes of text, before we send it. Shown lossily: bad
+/// UTF-8 replaced, control characters escaped, surrounding white space
+/// trimmed, cut to [`MAX_IDENTITY_LEN`] bytes ending in `…`.
+pub(crate) fn shown_identity(value: &[u8]) -> CandidateId {
+    let text = String::from_utf8_lossy(value);
+    let mut shown = String::new();
+    for c in text.trim().chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    if shown.len() > MAX_IDENTITY_LEN {
+        let mut cut = MAX_IDENTITY_LEN - '…'.len_utf8();
+        while !shown.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        shown.truncate(cut);
+        shown.truncate(shown.trim_end().len());
+        shown.push('…');
+    }
+    CandidateId::new(&shown)
+        .unwrap_or_else(|_| CandidateId::new("(empty)").expect("a valid identity"))
 }
 
 /// Whether `key` is a candidate of the election under `prefix`: the prefix
@@ -87,11 +114,10 @@ async fn walk(
         if let Some(revision) = revision {
             options = options.with_revision(revision);
         }
-        let mut answer = bounded(
-            "get",
-            settings.request_timeout,
-            client.kv_client().get(prefix, Some(options)),
-        )
+        let mut answer = bounded(client, "get", settings.request_timeout, || {
+            let (mut kv, options) = (client.kv_client(), options.clone());
+            async move { kv.get(prefix, Some(options)).await }
+        })
         .await?;
         let read_at = *revision.get_or_insert(answer.header().map_or(0, |h| h.revision()));
         let more = answer.more();
@@ -145,11 +171,14 @@ pub(crate) async fn leader(
 pub(crate) struct Position {
     pub ours_exists: bool,
     pub predecessor: Option<KeyValue>,
+    /// The predecessor is first in line: it leads, and we are next.
+    pub predecessor_leads: bool,
     pub revision: i64,
 }
 
 /// Reads our position in one linearizable read (keys created up to ours,
-/// newest first, two of them), never from history: a read as of the
+/// newest first, three of them: ours, our predecessor, and whether anyone
+/// is before it), never from history: a read as of the
 /// predecessor's deletion would still show our key if it went afterwards
 /// (deleted by hand, its lease revoked, or etcd#15247's stalled leader
 /// revoking it), and we would claim leadership on a key that is gone while
@@ -160,26 +189,31 @@ pub(crate) async fn position(
     create_revision: i64,
     settings: &Settings,
 ) -> Result<Position> {
-    let (mut ours_exists, mut predecessor) = (false, None);
+    let (mut ours_exists, mut predecessor, mut before_it) = (false, None, false);
     let revision = walk(
         client,
         prefix,
         settings,
         SortOrder::Descend,
         Some(create_revision),
-        2,
+        3,
         |kv| {
             if kv.create_revision() == create_revision {
                 ours_exists = true;
             } else if kv.create_revision() < create_revision && is_candidate(prefix, kv.key()) {
-                predecessor = Some(kv.clone());
+                if predecessor.is_none() {
+                    predecessor = Some(kv.clone());
+                } else {
+                    before_it = true;
+                }
             }
-            predecessor.is_some()
+            before_it
         },
     )
     .await?;
     Ok(Position {
         ours_exists,
+        predecessor_leads: predecessor.is_some() && !before_it,
         predecessor,
         revision,
     })
@@ -201,7 +235,11 @@ pub(crate) async fn create_key(
             Some(etcd_client::PutOptions::new().with_lease(lease_id)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let answer = bounded("txn", settings.request_timeout, client.kv_client().txn(txn)).await?;
+    let answer = bounded(client, "txn", settings.request_timeout, || {
+        let (mut kv, txn) = (client.kv_client(), txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await?;
     if answer.succeeded() {
         return Ok(answer.header().map_or(0, |h| h.revision()));
     }
@@ -226,11 +264,10 @@ pub(crate) async fn still_ours(
     create_revision: i64,
     settings: &Settings,
 ) -> Result<bool> {
-    let answer = bounded(
-        "get",
-        settings.request_timeout,
-        client.kv_client().get(key, None),
-    )
+    let answer = bounded(client, "get", settings.request_timeout, || {
+        let mut kv = client.kv_client();
+        async move { kv.get(key, None).await }
+    })
     .await?;
     Ok(answer
         .kvs()
@@ -252,7 +289,11 @@ pub(crate) async fn delete_if_ours(
             create_revision,
         )])
         .and_then([TxnOp::delete(key, None)]);
-    bounded("txn", settings.request_timeout, client.kv_client().txn(txn)).await?;
+    bounded(client, "txn", settings.request_timeout, || {
+        let (mut kv, txn) = (client.kv_client(), txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await?;
     Ok(())
 }
 
@@ -265,7 +306,7 @@ pub(crate) async fn delete_if_ours(
 /// we look once, and a predecessor that left in between is seen at once.
 pub(crate) async fn deleted(
     client: &Client,
-    key: &str,
+    key: &[u8],
     create_revision: i64,
     from_revision: i64,
     settings: &Settings,
@@ -275,7 +316,7 @@ pub(crate) async fn deleted(
         .with_filters([WatchFilterType::NoPut]);
     let mut stream = client
         .watch_client()
-        .watch(key, Some(options))
+        .watch(key.to_vec(), Some(options))
         .await
         .map_err(map)?;
     let mut looked = false;
@@ -290,11 +331,10 @@ pub(crate) async fn deleted(
         }
         if answer.created() && !looked {
             looked = true;
-            let now = bounded(
-                "get",
-                settings.request_timeout,
-                client.kv_client().get(key, None),
-            )
+            let now = bounded(client, "get", settings.request_timeout, || {
+                let mut kv = client.kv_client();
+                async move { kv.get(key, None).await }
+            })
             .await?;
             if !now
                 .kvs()
@@ -313,7 +353,18 @@ pub(crate) async fn deleted(
 
 #[cfg(test)]
 mod tests {
-    use super::is_candidate;
+    use super::{is_candidate, shown_identity};
+
+    #[test]
+    fn any_value_shows_as_a_bounded_identity() {
+        let long = "é".repeat(300);
+        let shown = shown_identity(long.as_bytes());
+        assert!(shown.as_str().len() <= tenure_core::MAX_IDENTITY_LEN);
+        assert!(shown.as_str().ends_with('…'));
+        assert_eq!(shown_identity(b"\xff\x00a").as_str(), "\u{fffd}\\u{0}a");
+        assert_eq!(shown_identity(b"  ").as_str(), "(empty)");
+        assert_eq!(shown_identity(b"replica-a").as_str(), "replica-a");
+    }
 
     #[test]
     fn only_one_segment_after_the_prefix_is_a_candidate() {

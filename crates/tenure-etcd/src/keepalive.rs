@@ -58,21 +58,39 @@ impl KeepAlive {
             self.reset();
         }
         let sent_at = Instant::now();
-        let result = bounded("keep-alive", settings.request_timeout, async {
-            let Some((keeper, stream)) = self.stream.as_mut() else {
-                // Opening the stream sends a keep-alive and reads its answer
-                // (etcd-client refuses a lease that is gone): that is this
-                // call's renewal.
-                self.stream = Some(client.lease_client().keep_alive(self.lease_id).await?);
-                return Ok(Some(true));
-            };
-            self.in_flight = true;
-            keeper.keep_alive().await?;
-            let answer = stream.message().await?;
-            self.in_flight = false;
-            Ok(answer.map(|answer| answer.ttl() > 0))
-        })
-        .await;
+        let lease_id = self.lease_id;
+        let result = match self.stream.as_mut() {
+            // Opening the stream sends a keep-alive and reads its answer
+            // (etcd-client refuses a lease that is gone): that is this call's
+            // renewal.
+            None => bounded(client, "keep-alive", settings.request_timeout, || {
+                let mut leases = client.lease_client();
+                async move { leases.keep_alive(lease_id).await }
+            })
+            .await
+            .map(|opened| {
+                self.stream = Some(opened);
+                Some(true)
+            }),
+            Some((keeper, stream)) => {
+                // Messages on an open stream carry no token: nothing to refresh.
+                let in_flight = &mut self.in_flight;
+                let sent = async {
+                    *in_flight = true;
+                    keeper.keep_alive().await?;
+                    let answer = stream.message().await?;
+                    *in_flight = false;
+                    Ok::<_, etcd_client::Error>(answer.map(|answer| answer.ttl() > 0))
+                };
+                match tokio::time::timeout(settings.request_timeout, sent).await {
+                    Ok(answer) => answer.map_err(map),
+                    Err(_) => Err(Error::Timeout {
+                        operation: "keep-alive",
+                        after: settings.request_timeout,
+                    }),
+                }
+            }
+        };
         match result {
             Ok(Some(true)) => Ok(Kept::Alive { sent_at }),
             Ok(Some(false)) => Ok(Kept::Expired),
@@ -101,14 +119,15 @@ impl KeepAlive {
 
 /// Revokes a lease (deleting every key attached to it), ignoring "not found".
 pub(crate) async fn revoke(client: &Client, lease_id: i64, settings: &Settings) -> Result<()> {
-    let revoke = async { client.lease_client().revoke(lease_id).await };
-    match tokio::time::timeout(settings.request_timeout, revoke).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) if crate::error::is_lease_not_found(&e) => Ok(()),
-        Ok(Err(e)) => Err(map(e)),
-        Err(_) => Err(Error::Timeout {
-            operation: "revoke",
-            after: settings.request_timeout,
-        }),
-    }
+    let revoked = bounded(client, "revoke", settings.request_timeout, || {
+        let mut leases = client.lease_client();
+        async move {
+            match leases.revoke(lease_id).await {
+                Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
+                Err(e) => Err(e),
+                Ok(_) => Ok(()),
+            }
+        }
+    });
+    revoked.await
 }

@@ -1,9 +1,14 @@
 #![doc = include_str!("../README.md")]
+//!
+//! # Cargo features
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod election;
 mod error;
 mod keepalive;
+mod own;
 mod url;
 mod watch;
 
@@ -20,7 +25,7 @@ pub use etcd_client;
 use keepalive::{KeepAlive, Kept};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
-    HostedBackend, LeaderEvent, Lease, LeaseHandle, Result,
+    HostedBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
 };
 
 use crate::error::{bounded, BACKEND};
@@ -44,7 +49,14 @@ impl Default for EtcdOptions {
         EtcdOptions {
             key_prefix: String::new(),
             request_timeout: Duration::from_secs(5),
-            connect: ConnectOptions::new().with_connect_timeout(Duration::from_secs(5)),
+            // HTTP/2 pings on connections with open streams: a frozen
+            // member's connection is found dead within 15 s, not never.
+            // (etcd refuses pings more often than every 5 s by default,
+            // `--grpc-keepalive-min-time`, and without streams.)
+            connect: ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+                .with_keep_alive_while_idle(false),
         }
     }
 }
@@ -109,6 +121,8 @@ struct EtcdLease {
     key: String,
     create_revision: i64,
     keep_alive: Mutex<KeepAlive>,
+    /// Watches our key while the lease lives (stops with its last handle).
+    _own_key: own::OwnKeyWatch,
 }
 
 impl EtcdBackend {
@@ -136,7 +150,18 @@ impl EtcdBackend {
             ));
         }
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
-        let connect = options.connect.clone();
+        // Tokens expire (simple ones after `--auth-token-ttl` of disuse, JWTs
+        // after their TTL): etcd-client authenticates again and resends.
+        // A member cut off from its peers refuses requests that require a
+        // leader at once, and cancels such watch streams once it has had
+        // none for three election timeouts (etcd#8980, as etcdctl and
+        // kube-apiserver ask: etcd#8672): a waiter then looks elsewhere
+        // instead of trusting a watch that will never speak.
+        let connect = options
+            .connect
+            .clone()
+            .with_auto_token_refresh(true)
+            .with_require_leader(true);
         let client = tenure_core::heartbeat_runtime()
             .spawn(async move { Client::connect(endpoints, Some(connect)).await })
             .await
@@ -224,20 +249,24 @@ impl EtcdBackend {
         if mode == AcquireMode::Once {
             // Read first: a held election costs no write.
             if let (Some(kv), _) = election::leader(client, &prefix, settings).await? {
-                return Ok(Acquisition::Held(election::leader_info(&kv)?));
+                return Ok(Acquisition::Held(election::leader_info(&kv)));
             }
         }
         let ttl_secs = candidacy.ttl().as_secs() as i64;
         let sent_at = Instant::now();
-        let grant = bounded(
-            "lease grant",
-            settings.request_timeout,
-            client.lease_client().grant(ttl_secs, None),
-        )
+        let grant = bounded(client, "lease grant", settings.request_timeout, || {
+            let mut leases = client.lease_client();
+            async move { leases.grant(ttl_secs, None).await }
+        })
         .await?;
         let lease_id = grant.id();
         // From here on, leaving (error, or the future dropped) revokes the lease and so our key.
-        let mut guard = RevokeOnDrop::new(client.clone(), lease_id, Arc::new(settings.clone()));
+        let mut guard = RevokeOnDrop::new(
+            client.clone(),
+            lease_id,
+            Arc::new(settings.clone()),
+            candidacy.ttl(),
+        );
         if grant.ttl() != ttl_secs {
             return Err(Error::invalid(
                 "ttl",
@@ -255,12 +284,40 @@ impl EtcdBackend {
             election::create_key(client, &key, identity, lease_id, settings).await?;
         let mut keep_alive = KeepAlive::new(lease_id);
         let mut valid_from = sent_at;
+        let period = candidacy.ttl() / 3;
+        // Set when the last look (after a keep-alive) has read our position already.
+        let mut looked: Option<election::Position> = None;
 
         loop {
             // A linearizable read, also after a wait: our key may have gone
             // since the predecessor did (lease expired or revoked, deleted by
             // hand, etcd#15247), and a read of the past would not show it.
-            let position = election::position(client, &prefix, create_revision, settings).await?;
+            let read = match looked.take() {
+                Some(position) => Ok(position),
+                None => election::position(client, &prefix, create_revision, settings).await,
+            };
+            let position = match read {
+                Ok(position) => position,
+                // A member without a leader refuses at once (we require
+                // one); the next try goes to another member. Waiting, we
+                // keep our own lease alive meanwhile.
+                Err(e) if e.is_retryable() && mode == AcquireMode::Wait => {
+                    tracing::debug!(error = %e, "reading our place in line failed; reading again");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    if Instant::now() >= valid_from + period {
+                        keep_waiting(
+                            client,
+                            settings,
+                            candidacy,
+                            &mut keep_alive,
+                            &mut valid_from,
+                        )
+                        .await?;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             // Never claim leadership on a key that is not there.
             if !position.ours_exists {
                 return Err(Error::Unavailable {
@@ -268,60 +325,132 @@ impl EtcdBackend {
                     source: "our candidate key vanished while waiting".into(),
                 });
             }
+            let leads = position.predecessor_leads;
             let (Some(pred), revision) = (position.predecessor, position.revision) else {
                 break;
             };
             if mode == AcquireMode::Once {
                 let (leader, _) = election::leader(client, &prefix, settings).await?;
-                let holder = election::leader_info(leader.as_ref().unwrap_or(&pred))?;
+                let holder = election::leader_info(leader.as_ref().unwrap_or(&pred));
                 drop(guard); // withdraws our key
                 return Ok(Acquisition::Held(holder));
             }
             // Wait for the predecessor to go, keeping our own lease alive meanwhile.
-            let pred_key = String::from_utf8_lossy(pred.key()).into_owned();
             let deleted = election::deleted(
                 client,
-                &pred_key,
+                pred.key(),
                 pred.create_revision(),
                 revision + 1,
                 settings,
             );
             tokio::pin!(deleted);
-            let period = candidacy.ttl() / 3;
+            // A watch can be silent: its member cut off from its peers
+            // (before the server gives up on its leader and cancels it) or
+            // frozen. So the candidate next in line also looks for itself,
+            // linearizably, every eighth of the TTL: a leader that died is
+            // seen within that of its lease's expiry. One reader per
+            // election, not every waiter: the herd stays quiet (the others
+            // rely on their watches, which require a leader).
+            let look_every = (candidacy.ttl() / 8).max(Duration::from_millis(50));
+            let mut next_look = Instant::now() + look_every;
             loop {
                 tokio::select! {
-                    result = &mut deleted => { result?; break; }
-                    _ = tokio::time::sleep_until(valid_from + period) => {
-                        match keep_alive.keep_alive(client, settings).await {
-                            Ok(Kept::Alive { sent_at }) => valid_from = sent_at,
-                            Ok(Kept::Expired) => return Err(Error::Unavailable {
-                                backend: BACKEND,
-                                source: "our candidate lease expired while waiting".into(),
-                            }),
-                            Err(e) if e.is_retryable() && Instant::now() < candidacy.deadline_from(valid_from) => {
-                                tracing::debug!(error = %e, "keep-alive while waiting failed; retrying");
-                                tokio::time::sleep(period / 4).await;
+                    result = &mut deleted => {
+                        match result {
+                            Ok(()) => {}
+                            // The watch broke, or its member lost its leader
+                            // (a stream that requires one is cancelled then,
+                            // etcd#8980): read our place again, and watch
+                            // again, on another member if need be.
+                            Err(e) if e.is_retryable() => {
+                                tracing::debug!(error = %e, "watch of our predecessor failed; looking again");
+                                tokio::time::sleep(RETRY_PAUSE).await;
                             }
                             Err(e) => return Err(e),
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep_until(valid_from + period) => {
+                        keep_waiting(client, settings, candidacy, &mut keep_alive, &mut valid_from).await?;
+                    }
+                    _ = tokio::time::sleep_until(next_look), if leads => {
+                        next_look = Instant::now() + look_every;
+                        match election::position(client, &prefix, create_revision, settings).await {
+                            Ok(now) if now.predecessor.as_ref().map(|p| p.create_revision())
+                                == Some(pred.create_revision()) => {}
+                            Ok(now) => {
+                                tracing::debug!("our predecessor left unseen by its watch");
+                                looked = Some(now);
+                                break;
+                            }
+                            Err(e) => {
+                                // The next try may reach another member.
+                                tracing::debug!(error = %e, "look at our place in line failed");
+                                next_look = Instant::now() + RETRY_PAUSE;
+                            }
                         }
                     }
                 }
             }
         }
         guard.disarm();
+        let signal = LossSignal::new();
+        let own_key = own::watch(
+            client.clone(),
+            key.clone(),
+            create_revision,
+            settings.clone(),
+            signal.clone(),
+        );
         let handle = EtcdLease {
             lease_id,
             key,
             create_revision,
             keep_alive: Mutex::new(keep_alive),
+            _own_key: own_key,
         };
         let token = Some(FencingToken::new(create_revision as u64));
-        Ok(Acquisition::Granted(Lease::new(
-            candidacy.clone(),
-            token,
-            valid_from,
-            LeaseHandle::new(Arc::new(handle)),
-        )))
+        Ok(Acquisition::Granted(
+            Lease::new(
+                candidacy.clone(),
+                token,
+                valid_from,
+                LeaseHandle::new(Arc::new(handle)),
+            )
+            .with_loss_signal(signal),
+        ))
+    }
+}
+
+/// How long a waiter pauses after a failed read or watch before it tries
+/// again (the next try may reach another member).
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// One keep-alive of a waiting candidate's lease: renewed, it counts from
+/// `valid_from` (updated); after a retryable failure with time left to try
+/// again, it returns after a pause; else the error.
+async fn keep_waiting(
+    client: &Client,
+    settings: &Settings,
+    candidacy: &Candidacy,
+    keep_alive: &mut KeepAlive,
+    valid_from: &mut Instant,
+) -> Result<()> {
+    match keep_alive.keep_alive(client, settings).await {
+        Ok(Kept::Alive { sent_at }) => {
+            *valid_from = sent_at;
+            Ok(())
+        }
+        Ok(Kept::Expired) => Err(Error::Unavailable {
+            backend: BACKEND,
+            source: "our candidate lease expired while waiting".into(),
+        }),
+        Err(e) if e.is_retryable() && Instant::now() < candidacy.deadline_from(*valid_from) => {
+            tracing::debug!(error = %e, "keep-alive while waiting failed; retrying");
+            tokio::time::sleep(candidacy.ttl() / 12).await;
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -343,6 +472,8 @@ impl HostedBackend for EtcdBackend {
         caps.max_key_len = 1024;
         // etcd's lessor checks for expired leases every 500 ms.
         caps.expiry_slack = Duration::from_millis(600);
+        // Each holder watches its own key (own.rs).
+        caps.holder_watches_own_record = true;
         caps
     }
 
@@ -360,18 +491,14 @@ impl HostedBackend for EtcdBackend {
             .keep_alive(&self.client, &settings)
             .await?;
         let Kept::Alive { sent_at } = kept else {
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                "the etcd lease expired",
-            ));
+            // The keep-alive answered TTL <= 0: etcd expired or revoked the lease.
+            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked));
         };
         // The lease lives; make sure our key does too (someone may have deleted it).
         if !election::still_ours(&self.client, &state.key, state.create_revision, &settings).await?
         {
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                "our election key was deleted",
-            ));
+            // Our key is gone, or was recreated with another create revision.
+            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Deleted));
         }
         Ok(lease.renewed(sent_at, lease.handle().clone()))
     }
@@ -391,14 +518,19 @@ impl HostedBackend for EtcdBackend {
 }
 
 /// Revokes a candidate's lease (and so deletes its key) unless disarmed.
+///
+/// The revoke is retried until it lands or the lease must have expired by
+/// itself (one TTL after the drop: nobody keeps it alive any more), as the
+/// ZooKeeper backend's withdrawal is: a key left behind would sit in the
+/// queue, and the candidate after it would wait out the TTL for a ghost.
 struct RevokeOnDrop {
-    armed: Option<(Client, i64, Arc<Settings>)>,
+    armed: Option<(Client, i64, Arc<Settings>, Duration)>,
 }
 
 impl RevokeOnDrop {
-    fn new(client: Client, lease_id: i64, settings: Arc<Settings>) -> Self {
+    fn new(client: Client, lease_id: i64, settings: Arc<Settings>, ttl: Duration) -> Self {
         RevokeOnDrop {
-            armed: Some((client, lease_id, settings)),
+            armed: Some((client, lease_id, settings, ttl)),
         }
     }
     fn disarm(&mut self) {
@@ -408,12 +540,40 @@ impl RevokeOnDrop {
 
 impl Drop for RevokeOnDrop {
     fn drop(&mut self) {
-        if let Some((client, lease_id, settings)) = self.armed.take() {
-            tenure_core::hosted::spawn_cleanup(async move {
-                if let Err(error) = keepalive::revoke(&client, lease_id, &settings).await {
-                    tracing::warn!(lease_id, %error, "could not withdraw a candidacy; its lease will expire");
-                }
-            });
+        if let Some((client, lease_id, settings, ttl)) = self.armed.take() {
+            tenure_core::hosted::spawn_cleanup(withdraw(client, lease_id, settings, ttl));
         }
+    }
+}
+
+/// Revokes a withdrawn candidate's lease, retrying transient failures until
+/// the lease is gone (revoked, or expired one TTL from now).
+async fn withdraw(client: Client, lease_id: i64, settings: Arc<Settings>, ttl: Duration) {
+    let give_up = Instant::now() + ttl;
+    let mut pause = Duration::from_millis(50);
+    let mut attempts = 1u32;
+    loop {
+        match keepalive::revoke(&client, lease_id, &settings).await {
+            Ok(()) => {
+                if attempts > 1 {
+                    tracing::info!(
+                        lease_id,
+                        attempts,
+                        "a candidacy's withdrawal landed after retries"
+                    );
+                }
+                return;
+            }
+            Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+                tracing::debug!(lease_id, %error, attempts, retry_in = ?pause, "withdrawing a candidacy failed; retrying");
+            }
+            Err(error) => {
+                tracing::warn!(lease_id, %error, attempts, "could not withdraw a candidacy; its lease will expire");
+                return;
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+        attempts += 1;
     }
 }

@@ -14,7 +14,7 @@ use crate::Settings;
 async fn current(client: &Client, prefix: &str, settings: &Settings) -> Result<(LeaderEvent, i64)> {
     let (kv, revision) = leader(client, prefix, settings).await?;
     let event = match kv {
-        Some(kv) => LeaderEvent::Elected(leader_info(&kv)?),
+        Some(kv) => LeaderEvent::Elected(leader_info(&kv)),
         None => LeaderEvent::Vacant,
     };
     Ok((event, revision))

@@ -5,9 +5,14 @@ mod common;
 use std::time::Duration;
 
 use common::{candidacy, connect, connect_proxied, etcd, hold, key_of, keys, TTL};
+use futures::StreamExt;
+use tenure_conformance::proxy::Mode;
 use tenure_conformance::{Link, LinkFault};
-use tenure_core::{AcquireMode, Acquisition, Error, LeaseBackend};
-use tenure_etcd::EtcdOptions;
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Error, LeaderEvent, LeaseBackend,
+};
+use tenure_etcd::etcd_client::PutOptions;
+use tenure_etcd::{EtcdBackend, EtcdOptions};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -304,4 +309,184 @@ async fn a_renewal_never_takes_an_abandoned_renewals_answer_as_its_own() {
         round_trip * 2
     );
     assert!(renewed.is_valid());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_campaign_is_withdrawn_despite_a_transient_error() {
+    let cluster = etcd().await;
+    let a = connect(&cluster, EtcdOptions::default()).await;
+    let short = EtcdOptions::default().with_request_timeout(Duration::from_millis(300));
+    let (b, b_link) = connect_proxied(&cluster, short).await;
+    let lease = hold(&a, "withdrawn", "a").await;
+    // A long TTL, so that b's key cannot expire on its own during the test.
+    let b_wants = Candidacy::new(
+        ElectionKey::new("withdrawn").unwrap(),
+        CandidateId::new("b").unwrap(),
+        Duration::from_secs(6),
+    )
+    .unwrap();
+    let attempt = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(&b_wants, AcquireMode::Wait).await })
+    };
+    key_of(&a, "withdrawn/", "b").await;
+    // Every connection of b's is reset when its withdrawal goes out (a
+    // member restarting), for one second.
+    for proxy in b_link.proxies() {
+        proxy.set(Mode::Reset);
+    }
+    attempt.abort();
+    let dropped = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for proxy in b_link.proxies() {
+        proxy.set(Mode::Pass);
+    }
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tenure_core::hosted::cleanups_finished(),
+    )
+    .await
+    .expect("the withdrawal ends");
+    let left = keys(&a, "withdrawn/").await;
+    assert_eq!(
+        left.len(),
+        1,
+        "b's key is still queued {:?} after its campaign was dropped and every cleanup ended: {left:?}",
+        dropped.elapsed()
+    );
+    assert!(
+        dropped.elapsed() < Duration::from_secs(4),
+        "the key expired instead"
+    );
+    a.release(&lease).await.unwrap();
+}
+
+/// Puts a foreign candidate (a Go service's `concurrency.Election`, or
+/// `etcdctl elect`) under `key`, with its own lease: its key and lease id.
+async fn foreign_candidate(
+    a: &EtcdBackend,
+    key: impl Into<Vec<u8>>,
+    value: impl Into<Vec<u8>>,
+) -> i64 {
+    let lease = a.client().lease_client().grant(30, None).await.unwrap();
+    let options = PutOptions::new().with_lease(lease.id());
+    a.client()
+        .kv_client()
+        .put(key, value, Some(options))
+        .await
+        .unwrap();
+    lease.id()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_leader_with_a_long_or_binary_value_is_shown_lossily() {
+    let cluster = etcd().await;
+    let a = connect(&cluster, EtcdOptions::default()).await;
+    // `etcdctl elect` with a JSON proposal of 300 bytes.
+    let proposal = format!(
+        "{{\"addr\":\"10.0.0.7:8080\",\"meta\":\"{}\"}}",
+        "x".repeat(270)
+    );
+    assert!(proposal.len() > 256);
+    foreign_candidate(&a, "foreign/694d7b2f5a1c0e01", proposal.clone()).await;
+    foreign_candidate(&a, "binary/694d7b2f5a1c0e02", &b"\xff\xfe\x00go"[..]).await;
+
+    for (election, starts) in [("foreign", "{\"addr\":\"10.0.0.7:8080\""), ("binary", "")] {
+        let holder = match a
+            .acquire(&candidacy(election, "a"), AcquireMode::Once)
+            .await
+        {
+            Ok(Acquisition::Held(holder)) => holder,
+            other => panic!("{election}: a try-acquire beside a foreign leader gave {other:?}"),
+        };
+        let shown = holder.identity.as_str();
+        assert!(shown.starts_with(starts), "{election}: {shown:?}");
+        assert!(shown.len() <= tenure_core::MAX_IDENTITY_LEN, "{shown:?}");
+        let mut events = a
+            .watch(&ElectionKey::new(election).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{election}: watch: {e}"));
+        let first = events.next().await.expect("a first event");
+        assert!(
+            matches!(first, Ok(LeaderEvent::Elected(ref seen)) if seen == &holder),
+            "{election}: observed {first:?}"
+        );
+    }
+    // Our own identity keeps its rule: nothing over 256 bytes is sent.
+    assert!(CandidateId::new("i".repeat(257)).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_non_utf8_predecessor_key_is_watched_by_its_bytes() {
+    let cluster = etcd().await;
+    let a = connect(&cluster, EtcdOptions::default()).await;
+    let foreign = foreign_candidate(&a, &b"bytes/\xff\xfe01"[..], "go-service").await;
+    let b = connect(&cluster, EtcdOptions::default()).await;
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(&candidacy("bytes", "b"), AcquireMode::Wait).await })
+    };
+    key_of(&a, "bytes/", "b").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = cluster.stats_total().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sent = cluster
+        .stats_total()
+        .await
+        .unwrap()
+        .since(&before)
+        .etcd_requests();
+    assert!(
+        !waiting.is_finished(),
+        "b's wait ended while the foreign key lives: {:?}",
+        waiting.await
+    );
+    assert!(
+        sent < 20,
+        "a waiting candidate sent {sent} requests in one second: it is not watching its predecessor's key"
+    );
+    a.client().lease_client().revoke(foreign).await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(1), waiting)
+        .await
+        .expect("b leads once the foreign key is gone")
+        .unwrap()
+        .unwrap();
+    assert!(granted.granted().is_some());
+}
+
+/// A holder whose key is deleted out of band (`etcdctl del`, an operator's
+/// cleanup) learns it from its watch of its own key, not at its next renewal
+/// (up to a third of the TTL later): its lease is no longer valid within
+/// 50 ms of the delete, at the 99th percentile of 100 deletes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_whose_key_is_deleted_stops_being_valid_within_50ms() {
+    let cluster = etcd().await;
+    let (a, operator) = (
+        connect(&cluster, EtcdOptions::default()).await,
+        connect(&cluster, EtcdOptions::default()).await,
+    );
+    let mut took = Vec::new();
+    for trial in 0..100 {
+        let name = format!("deleted-{trial}");
+        let lease = hold(&a, &name, "a").await;
+        let key = key_of(&operator, &format!("{name}/"), "a").await;
+        operator
+            .client()
+            .kv_client()
+            .delete(key, None)
+            .await
+            .unwrap();
+        let deleted = Instant::now();
+        let noticed = tokio::time::timeout(TTL, lease.loss_signalled()).await;
+        took.push(deleted.elapsed());
+        assert!(noticed.is_ok(), "trial {trial}: never told within the TTL");
+        assert!(!lease.is_valid());
+    }
+    took.sort();
+    let (p50, p99) = (took[49], took[98]);
+    println!(
+        "out-of-band delete to lease ended: p50 {p50:?}, p99 {p99:?}, max {:?}",
+        took[99]
+    );
+    assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
 }

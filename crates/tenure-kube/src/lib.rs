@@ -1,13 +1,16 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod error;
 mod fencing;
 mod guard;
 mod observe;
+mod own;
 mod record;
 mod url;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +21,8 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
-    HostedBackend, KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseHandle, Result,
+    HostedBackend, KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseHandle, LossReason, LossSignal,
+    Result,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -81,11 +85,14 @@ impl std::fmt::Debug for KubeLeaseBackend {
     }
 }
 
-/// What a tenure lease on Kubernetes carries: its term, and the Lease as we
-/// last wrote it.
+/// What a tenure lease on Kubernetes carries: its term, the Lease as we
+/// last wrote it, and the watch of it (own.rs).
 struct Held {
     term: Term,
     last: Mutex<KubeLease>,
+    /// Set before our release: its write is no news for the watch.
+    releasing: Arc<AtomicBool>,
+    _own: own::OwnLeaseWatch,
 }
 
 impl KubeLeaseBackend {
@@ -292,16 +299,29 @@ impl KubeLeaseBackend {
         self.observations
             .seen(candidacy.key().as_str(), &rec.resource_version);
         let token = token.unwrap_or(rec.transitions.max(0) as u64);
+        let (signal, releasing) = (LossSignal::new(), Arc::new(AtomicBool::new(false)));
+        let own = own::watch(
+            self.api.clone(),
+            &written,
+            releasing.clone(),
+            self.timeout(candidacy.ttl()),
+            signal.clone(),
+        );
         let held = Held {
             term: Term::of(&written),
             last: Mutex::new(written),
+            releasing,
+            _own: own,
         };
-        Acquisition::Granted(Lease::new(
-            candidacy.clone(),
-            Some(FencingToken::new(token)),
-            sent_at,
-            LeaseHandle::new(Arc::new(held)),
-        ))
+        Acquisition::Granted(
+            Lease::new(
+                candidacy.clone(),
+                Some(FencingToken::new(token)),
+                sent_at,
+                LeaseHandle::new(Arc::new(held)),
+            )
+            .with_loss_signal(signal),
+        )
     }
 
     /// Writes `change(last)` against the last resourceVersion we know; on a
@@ -314,14 +334,14 @@ impl KubeLeaseBackend {
         lease: &Lease,
         operation: &'static str,
         change: fn(&KubeLease) -> KubeLease,
-    ) -> Result<Option<Instant>> {
+    ) -> Result<std::result::Result<Instant, LossReason>> {
         let held = held(lease)?;
         let name = lease.key().as_str();
         let after = self.timeout(lease.ttl());
         let mut last = held.last.lock().await;
         if Record::of(&last).holder != lease.holder().as_str() {
             // Released already: nothing of ours is left to write.
-            return Ok(None);
+            return Ok(Err(LossReason::Resigned));
         }
         for _ in 0..3 {
             let sent_at = Instant::now();
@@ -335,17 +355,17 @@ impl KubeLeaseBackend {
             {
                 Ok(written) => {
                     *last = written;
-                    return Ok(Some(sent_at));
+                    return Ok(Ok(sent_at));
                 }
                 Err(e) => match refused(e) {
-                    Refused::NotFound => return Ok(None),
+                    Refused::NotFound => return Ok(Err(LossReason::Deleted)),
                     Refused::Other(e) => return Err(e),
                     Refused::Conflict => {
                         let Some(now) = self.get(name, after).await? else {
-                            return Ok(None);
+                            return Ok(Err(LossReason::Deleted));
                         };
                         if Term::of(&now) != held.term {
-                            return Ok(None);
+                            return Ok(Err(LossReason::TakenOver));
                         }
                         *last = now;
                     }
@@ -446,6 +466,8 @@ impl HostedBackend for KubeLeaseBackend {
         caps.expiry_judged_by_observer = true;
         // leaseTransitions starts again at 0 in a Lease created anew.
         caps.tokens_survive_state_loss = self.options.fencing == Fencing::ResourceVersion;
+        // Each holder watches its own Lease (own.rs).
+        caps.holder_watches_own_record = true;
         caps
     }
 
@@ -455,24 +477,20 @@ impl HostedBackend for KubeLeaseBackend {
 
     async fn renew(&self, lease: Lease) -> Result<Lease> {
         if !lease.is_valid() {
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                "the lease ran out before it was renewed",
-            ));
+            // The lease ran out before it was renewed.
+            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Expired));
         }
         match self
             .write_ours(&lease, "renew lease", record::renewed)
             .await?
         {
-            Some(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
-            None => Err(Error::lease_lost(
-                lease.key().as_str(),
-                "the Lease has another holder or term",
-            )),
+            Ok(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
+            Err(reason) => Err(Error::lease_lost(lease.key().as_str(), reason)),
         }
     }
 
     async fn release(&self, lease: Lease) -> Result<()> {
+        held(&lease)?.releasing.store(true, Ordering::SeqCst);
         self.write_ours(&lease, "release lease", record::released)
             .await
             .map(|_| ())

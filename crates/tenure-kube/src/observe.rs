@@ -81,6 +81,21 @@ impl LeaseWatch {
             .is_some_and(|(rv, _)| rv == resource_version)
     }
 
+    /// Opens the watch from `resource_version` now, unless it is open
+    /// there already: a look the caller takes next then cannot miss a change
+    /// that the watch would carry only from the server's catch-up.
+    pub(crate) async fn open(&mut self, resource_version: &str) -> kube::Result<()> {
+        if self.follows(resource_version) {
+            return Ok(());
+        }
+        let stream = self
+            .api
+            .watch(&params_for(&self.name), resource_version)
+            .await?;
+        self.open = Some((resource_version.to_owned(), stream.boxed()));
+        Ok(())
+    }
+
     /// After a 410 Gone (the history after `resource_version` is gone):
     /// lists the Lease, as client-go's reflector does. If it changed since
     /// `resource_version`, that is the change; otherwise the watch goes on

@@ -254,8 +254,12 @@ async fn a_waiting_candidate_answered_410_gone_waits_quietly_and_leads_at_once()
         "the waiting candidate made the server serve {served} requests and events in 600 ms \
          after its watch was answered 410 Gone"
     );
+    // "At once": 6-8 ms alone on 2 cores, 62 ms once in CI with both suite
+    // lanes beside it. 90 ms still fails a waiter that went through the
+    // watch-error path (100 ms asleep before it lists again); a waiter
+    // that loops on 410 fails the request count above.
     assert!(
-        took <= Duration::from_millis(25),
+        took <= Duration::from_millis(90),
         "from the release to b's grant: {took:?}"
     );
 }
@@ -459,4 +463,64 @@ async fn dropped_grant_is_released(
         "the standby led only {took:?} after the campaign was dropped: the dropped campaign's grant was left held"
     );
     assert_eq!(spec(&raw, key).await.holder_identity.as_deref(), Some("b"));
+}
+
+/// A holder whose Lease is deleted out of band (`kubectl delete lease`, a
+/// namespace cleanup) learns it from the watch it keeps on its own Lease,
+/// not at its next renewal (up to a third of the TTL later): its lease is no
+/// longer valid within 50 ms of the delete, at the 99th percentile of 100
+/// deletes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_whose_lease_is_deleted_stops_being_valid_within_50ms() {
+    let env = env().await;
+    let (a, raw) = (env.backend().await, env.raw().await);
+    let mut took = Vec::new();
+    for trial in 0..100 {
+        let name = format!("deleted-{trial}");
+        let lease = hold(&a, &name, "a").await;
+        raw.delete(&name, &Default::default()).await.unwrap();
+        let deleted = Instant::now();
+        let noticed = timeout(TTL, lease.loss_signalled()).await;
+        took.push(deleted.elapsed());
+        assert!(noticed.is_ok(), "trial {trial}: never told within the TTL");
+        assert!(!lease.is_valid());
+    }
+    took.sort();
+    let (p50, p99) = (took[49], took[98]);
+    println!(
+        "out-of-band delete to lease ended: p50 {p50:?}, p99 {p99:?}, max {:?}",
+        took[99]
+    );
+    assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
+}
+
+/// The watch of its own Lease tells a holder of a take-over (another
+/// writer put its own holderIdentity in, as `kubectl apply` of a client-go
+/// peer's record could) as `TakenOver`; the holder's own renewals, which
+/// the same watch sees, never end its lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_is_told_of_a_take_over_but_not_of_its_own_renewals() {
+    let env = env().await;
+    let (a, raw) = (env.backend().await, env.raw().await);
+    let mut lease = hold(&a, "overtaken", "a").await;
+    for _ in 0..3 {
+        lease = a.renew(&lease).await.expect("a renewal");
+    }
+    let quiet = timeout(Duration::from_millis(200), lease.loss_signalled()).await;
+    assert!(
+        quiet.is_err(),
+        "the holder's own renewals ended its lease: {quiet:?}"
+    );
+    assert!(lease.is_valid());
+    let mut current = raw.get("overtaken").await.unwrap();
+    let theirs = go_lease("overtaken", "b", 2, 99);
+    current.spec = theirs.spec;
+    raw.replace("overtaken", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    let reason = timeout(TTL, lease.loss_signalled())
+        .await
+        .expect("never told of the take-over within the TTL");
+    assert_eq!(reason, tenure_core::LossReason::TakenOver);
+    assert!(!lease.is_valid());
 }

@@ -1,4 +1,8 @@
 #![doc = include_str!("../README.md")]
+//!
+//! # Cargo features
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod master;
@@ -18,7 +22,7 @@ pub use redis;
 use tenure_core::hosted::spawn_cleanup;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, Capabilities, ElectionKey, Error,
-    HostedBackend, LeaderEvent, LeaderInfo, Lease, LeaseHandle, Result,
+    HostedBackend, LeaderEvent, LeaderInfo, Lease, LeaseHandle, LossReason, Result,
 };
 
 use master::{Master, NodeError};
@@ -55,7 +59,7 @@ impl Default for RedlockOptions {
 }
 
 /// Builds a [`RedlockBackend`]. [`connect`](Self::connect) refuses to
-/// build one until [`accept_unfenced`](Self::accept_unfenced) was called.
+/// build one until [`allow_unfenced`](Self::allow_unfenced) was called.
 #[derive(Debug)]
 #[must_use]
 pub struct RedlockBuilder {
@@ -72,9 +76,19 @@ impl RedlockBuilder {
     /// store refuse the writes of a leader that lost its lease behind its
     /// back (a master restarted without persistence, a paused process, a
     /// clock that jumped). Required; see the crate documentation.
-    pub fn accept_unfenced(mut self) -> Self {
+    ///
+    /// The same spelling as `ElectorBuilder::allow_unfenced` and the URL's
+    /// `allow_unfenced=true`.
+    pub fn allow_unfenced(mut self) -> Self {
         self.unfenced_accepted = true;
         self
+    }
+
+    /// The old name of [`allow_unfenced`](Self::allow_unfenced); removed in
+    /// the next release.
+    #[deprecated(since = "0.1.0", note = "use allow_unfenced")]
+    pub fn accept_unfenced(self) -> Self {
+        self.allow_unfenced()
     }
 
     /// Sets the options.
@@ -86,6 +100,7 @@ impl RedlockBuilder {
     /// Connects to every master over TLS (rustls, the system's trust
     /// roots); the URL form is `rediss://`.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self) -> Self {
         self.tls = true;
         self
@@ -103,11 +118,11 @@ impl RedlockBuilder {
     pub async fn connect(self) -> Result<RedlockBackend> {
         if !self.unfenced_accepted {
             return Err(Error::invalid(
-                "accept_unfenced",
+                "allow_unfenced",
                 "Redlock cannot issue fencing tokens: a leader that lost its lease without \
                  knowing (a master restarted without persistence, a process paused past its \
                  deadline) can write beside the next one, and no store can refuse it; call \
-                 RedlockBuilder::accept_unfenced() (URL: ?unfenced=accept) if a duplicate run \
+                 RedlockBuilder::allow_unfenced() (URL: ?allow_unfenced=true) if a duplicate run \
                  is acceptable for your job",
             ));
         }
@@ -213,7 +228,7 @@ fn split_host_port(addr: &str) -> Result<(String, u16)> {
 /// independent masters (no replication between them).
 ///
 /// **It cannot fence**: leases carry no token. Building one requires
-/// [`RedlockBuilder::accept_unfenced`], and an `Elector` over it requires
+/// [`RedlockBuilder::allow_unfenced`], and an `Elector` over it requires
 /// `ElectorBuilder::allow_unfenced`. See the crate documentation for what
 /// that costs.
 #[derive(Clone)]
@@ -279,7 +294,7 @@ impl RedlockBackend {
     /// Connects from a URL:
     ///
     /// ```text
-    /// redis://[user:password@]host[:port][,host[:port]...][/prefix]?unfenced=accept[&params]
+    /// redis://[user:password@]host[:port][,host[:port]...][/prefix]?allow_unfenced=true[&params]
     /// rediss://...   (TLS)
     /// ```
     ///
@@ -288,8 +303,9 @@ impl RedlockBackend {
     ///   every master (`:password@` or `password@` without an ACL user);
     /// - the path, if any, is the key prefix (`/jobs` puts `billing` at
     ///   `jobs:billing`; default `tenure:`);
-    /// - `unfenced=accept` is required (Redlock cannot fence; without it the
-    ///   error names `unfenced`); `node_timeout_fraction`, `connect_timeout`
+    /// - `allow_unfenced=true` is required (Redlock cannot fence; without it the
+    ///   error names `allow_unfenced`; the old spelling `unfenced=accept`
+    ///   still works, deprecated, with one WARN); `node_timeout_fraction`, `connect_timeout`
     ///   and `watch_poll` (`2s`, `500ms`) are optional;
     /// - `rediss://` needs this crate's cargo feature `tls` (tenure's
     ///   `redis-tls`; rustls with the system's trust roots); without it
@@ -611,13 +627,13 @@ impl RedlockBackend {
             });
         }
         if n - gone < quorum {
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                format!(
-                    "{gone} of {n} masters no longer hold this lease's value: it expired or \
-                     was taken over"
-                ),
-            ));
+            // The masters cannot tell an expired value from one taken over.
+            tracing::debug!(
+                gone,
+                masters = n,
+                "masters no longer hold this lease's value"
+            );
+            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked));
         }
         Err(unavailable(format!(
             "renewed on {extended} of {n} masters, {quorum} needed: {}",
@@ -848,11 +864,22 @@ mod tests {
             .unwrap_err();
         match err {
             Error::InvalidArgument { field, reason } => {
-                assert_eq!(field, "accept_unfenced");
+                assert_eq!(field, "allow_unfenced");
                 assert!(reason.contains("fencing"), "{reason}");
             }
-            other => panic!("expected InvalidArgument naming accept_unfenced, got {other}"),
+            other => panic!("expected InvalidArgument naming allow_unfenced, got {other}"),
         }
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_deprecated_accept_unfenced_still_opts_in() {
+        assert!(
+            RedlockBackend::builder(&["a:1"])
+                .accept_unfenced()
+                .unfenced_accepted
+        );
+        assert!(!RedlockBackend::builder(&["a:1"]).unfenced_accepted);
     }
 
     #[tokio::test]
@@ -867,7 +894,7 @@ mod tests {
             vec!["h:99999"],
         ] {
             let err = RedlockBackend::builder(&masters)
-                .accept_unfenced()
+                .allow_unfenced()
                 .connect()
                 .await
                 .unwrap_err();
@@ -894,7 +921,7 @@ mod tests {
             })
             .collect();
         let err = RedlockBackend::builder(&closed)
-            .accept_unfenced()
+            .allow_unfenced()
             .connect()
             .await
             .unwrap_err();

@@ -1,5 +1,5 @@
 //! `redis://` and `rediss://` URLs:
-//! `redis://[user:password@]host[:port][,host[:port]...][/prefix]?unfenced=accept[&...]`.
+//! `redis://[user:password@]host[:port][,host[:port]...][/prefix]?allow_unfenced=true[&...]`.
 
 use tenure_core::backend_url::BackendUrl;
 use tenure_core::{Error, Result};
@@ -10,7 +10,7 @@ use crate::{RedlockBackend, RedlockBuilder, RedlockOptions};
 const DEFAULT_PORT: u16 = 6379;
 
 const KNOWN: &[&str] = &[
-    "unfenced",
+    "allow_unfenced",
     "node_timeout_fraction",
     "connect_timeout",
     "watch_poll",
@@ -36,13 +36,29 @@ pub(crate) fn parse(text: &str) -> Result<RedlockBuilder> {
             format!("{path}:")
         };
     }
-    let unfenced = match url.take("unfenced")?.as_deref() {
+    let allowed = url.take_bool("allow_unfenced")?;
+    // The old spelling, kept for one release.
+    let accepted = match url.take("unfenced")?.as_deref() {
         None => false,
-        Some("accept") => true,
+        Some("accept") => {
+            tracing::warn!(
+                url = url.redacted(),
+                "the URL parameter unfenced=accept is deprecated; write allow_unfenced=true"
+            );
+            true
+        }
         Some(other) => {
-            return Err(url.invalid(format!("unfenced={other:?}: the only value is accept")))
+            return Err(url.invalid(format!(
+                "unfenced={other:?}: write allow_unfenced=true (unfenced=accept is its deprecated spelling)"
+            )))
         }
     };
+    if allowed == Some(false) && accepted {
+        return Err(url.invalid(
+            "allow_unfenced=false and the deprecated unfenced=accept contradict each other",
+        ));
+    }
+    let unfenced = allowed == Some(true) || accepted;
     if let Some(value) = url.take("node_timeout_fraction")? {
         options.node_timeout_fraction = value
             .parse()
@@ -62,16 +78,16 @@ pub(crate) fn parse(text: &str) -> Result<RedlockBuilder> {
     url.finish(KNOWN)?;
     if !unfenced {
         return Err(Error::invalid(
-            "unfenced",
+            "allow_unfenced",
             format!(
-                "{shown:?}: Redlock cannot issue fencing tokens; add ?unfenced=accept to the URL to \
+                "{shown:?}: Redlock cannot issue fencing tokens; add ?allow_unfenced=true to the URL to \
                  state that a duplicate run is acceptable for your job"
             ),
         ));
     }
     let mut builder = RedlockBackend::builder(&masters)
         .options(options)
-        .accept_unfenced();
+        .allow_unfenced();
     #[cfg(feature = "tls")]
     if tls {
         builder = builder.tls();
@@ -100,15 +116,16 @@ mod tests {
 
     #[test]
     fn a_url_names_masters_prefix_and_options() {
-        let b = parse("redis://a:1,b:2,c:3/jobs?unfenced=accept&connect_timeout=500ms").unwrap();
+        let b =
+            parse("redis://a:1,b:2,c:3/jobs?allow_unfenced=true&connect_timeout=500ms").unwrap();
         assert_eq!(b.masters, ["a:1", "b:2", "c:3"]);
         assert_eq!(b.options.key_prefix, "jobs:");
         assert_eq!(b.options.connect_timeout, Duration::from_millis(500));
         assert!(b.unfenced_accepted);
-        let b = parse("redis://:pw@a:1?unfenced=accept").unwrap();
+        let b = parse("redis://:pw@a:1?allow_unfenced=true").unwrap();
         assert_eq!(b.password, Some((None, "pw".to_owned())));
         assert_eq!(b.options.key_prefix, "tenure:");
-        let b = parse("redis://a,b:2,[::1]/jobs:?unfenced=accept&watch_poll=2s").unwrap();
+        let b = parse("redis://a,b:2,[::1]/jobs:?allow_unfenced=true&watch_poll=2s").unwrap();
         assert_eq!(b.masters, ["a:6379", "b:2", "[::1]:6379"]);
         assert_eq!(b.options.key_prefix, "jobs:");
         assert_eq!(b.options.watch_poll, Duration::from_secs(2));
@@ -116,30 +133,49 @@ mod tests {
 
     #[test]
     fn user_and_password_are_percent_decoded() {
-        let b = parse("redis://app:p%40ss%3Aw@a:1?unfenced=accept").unwrap();
+        let b = parse("redis://app:p%40ss%3Aw@a:1?allow_unfenced=true").unwrap();
         assert_eq!(b.password, Some((Some("app".into()), "p@ss:w".to_owned())));
-        let b = parse("redis://secret@a:1?unfenced=accept").unwrap();
+        let b = parse("redis://secret@a:1?allow_unfenced=true").unwrap();
         assert_eq!(b.password, Some((None, "secret".to_owned())));
     }
 
     #[test]
-    fn a_url_without_the_opt_in_names_unfenced() {
-        assert_eq!(field("redis://a:1"), "unfenced");
+    fn a_url_without_the_opt_in_names_allow_unfenced() {
+        assert_eq!(field("redis://a:1"), "allow_unfenced");
+        assert_eq!(field("redis://a:1?allow_unfenced=false"), "allow_unfenced");
+        let err = parse("redis://a:1").unwrap_err().to_string();
+        assert!(err.contains("?allow_unfenced=true"), "{err}");
+        assert_eq!(field("redis://a:1?allow_unfenced=yes"), "url");
         assert_eq!(field("redis://a:1?unfenced=yes"), "url");
+        assert_eq!(
+            field("redis://a:1?allow_unfenced=false&unfenced=accept"),
+            "url"
+        );
+    }
+
+    #[test]
+    fn the_deprecated_unfenced_accept_still_opts_in() {
+        assert!(
+            parse("redis://a:1?unfenced=accept")
+                .unwrap()
+                .unfenced_accepted
+        );
+        let both = parse("redis://a:1?unfenced=accept&allow_unfenced=true").unwrap();
+        assert!(both.unfenced_accepted);
     }
 
     #[test]
     fn bad_urls_name_url_and_hide_the_password() {
         for url in [
-            "redis://?unfenced=accept",
-            "redis://a:0?unfenced=accept",
-            "redis://a:65536?unfenced=accept",
-            "redis://a:1?unfenced=accept&unfenced=accept",
-            "redis://a:1?unfenced=accept&node_timeout_fraction=half",
+            "redis://?allow_unfenced=true",
+            "redis://a:0?allow_unfenced=true",
+            "redis://a:65536?allow_unfenced=true",
+            "redis://a:1?allow_unfenced=true&allow_unfenced=true",
+            "redis://a:1?allow_unfenced=true&node_timeout_fraction=half",
             "redis://a:1?unfenced",
-            "redis://a:1,,b:2?unfenced=accept",
-            "redis://a:1?unfenced=accept&bogus=1",
-            "redis://a:1?unfenced=accept&connect_timeout=fast",
+            "redis://a:1,,b:2?allow_unfenced=true",
+            "redis://a:1?allow_unfenced=true&bogus=1",
+            "redis://a:1?allow_unfenced=true&connect_timeout=fast",
         ] {
             assert_eq!(field(url), "url", "{url}");
         }
@@ -152,15 +188,15 @@ mod tests {
     #[cfg(not(feature = "tls"))]
     #[test]
     fn a_tls_url_without_the_feature_names_it() {
-        let err = parse("rediss://a:1?unfenced=accept").unwrap_err();
-        assert_eq!(field("rediss://a:1?unfenced=accept"), "url");
+        let err = parse("rediss://a:1?allow_unfenced=true").unwrap_err();
+        assert_eq!(field("rediss://a:1?allow_unfenced=true"), "url");
         assert!(err.to_string().contains("`tls`"), "{err}");
     }
 
     #[cfg(feature = "tls")]
     #[test]
     fn a_rediss_url_asks_for_tls() {
-        assert!(parse("rediss://a:1?unfenced=accept").unwrap().tls);
-        assert!(!parse("redis://a:1?unfenced=accept").unwrap().tls);
+        assert!(parse("rediss://a:1?allow_unfenced=true").unwrap().tls);
+        assert!(!parse("redis://a:1?allow_unfenced=true").unwrap().tls);
     }
 }

@@ -33,7 +33,7 @@ async fn three() -> Three {
         endpoints.push(addr.to_string());
     }
     let client = RedlockBackend::builder(&endpoints)
-        .accept_unfenced()
+        .allow_unfenced()
         .connect()
         .await
         .expect("a client of three masters");
@@ -181,12 +181,12 @@ async fn redlock_on_three_masters() {
 
     // --- Figures: uncontended acquire, and hand-over to a waiting standby.
     let standby = RedlockBackend::builder(&t.cluster.endpoints())
-        .accept_unfenced()
+        .allow_unfenced()
         .connect()
         .await
         .unwrap();
     let direct = RedlockBackend::builder(&t.cluster.endpoints())
-        .accept_unfenced()
+        .allow_unfenced()
         .connect()
         .await
         .unwrap();

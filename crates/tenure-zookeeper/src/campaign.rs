@@ -15,6 +15,8 @@
 //!   multi-read, and wait again;
 //! - withdrawal (an error, or the campaign dropped): a delete, retried
 //!   until the node is gone or the session ended (see [`Withdrawal`]).
+//! - once granted: an exists-and-watch on our node, off the grant's path,
+//!   which the holder keeps while it leads (see [`own`](crate::own)).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,7 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use tenure_core::{AcquireMode, Acquisition, Candidacy, FencingToken, Lease, LeaseHandle, Result};
+use tenure_core::{
+    AcquireMode, Acquisition, Candidacy, FencingToken, Lease, LeaseHandle, LossSignal, Result,
+};
 use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, WatchedEvent};
 
@@ -87,6 +91,7 @@ async fn campaign(
     }
     let grant = |guard: DeleteOnDrop, sent_at: Instant| {
         let claim = guard.disarm();
+        let signal = LossSignal::new();
         let held = Held::new(
             session.clone(),
             claim,
@@ -94,6 +99,7 @@ async fn campaign(
             sent_at,
             candidacy.ttl(),
             settings.clone(),
+            signal.clone(),
         );
         let token = Some(FencingToken::new(node.czxid as u64));
         // The lease counts from a `sync`'s send time, less the lead by which
@@ -106,7 +112,8 @@ async fn campaign(
                 sent_at,
                 LeaseHandle::new(Arc::new(held)),
             )
-            .with_expiry_lead(settings.expiry_lead),
+            .with_expiry_lead(settings.expiry_lead)
+            .with_loss_signal(signal),
         )
     };
     let mut own_watch: Option<OwnWatch<'_>> = None;

@@ -8,15 +8,20 @@
 //! servers to delete it, the server expires the session no earlier than that
 //! either: the session timeout equals the TTL, counted from a packet that
 //! reached the server after the renewal was sent.
+//!
+//! Each held lease also watches its node ([`own`](crate::own)), so that a
+//! deletion by anyone else ends the lease at once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_core::LossSignal;
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::latch;
+use crate::own::{self, OwnNodeWatch};
 use crate::session::{Claim, Session};
 use crate::Settings;
 
@@ -29,6 +34,8 @@ pub(crate) struct Held {
     pub owner: i64,
     pub state: Arc<Mutex<State>>,
     expiry: AbortHandle,
+    /// Watches our node while the lease lives (stops with its last handle).
+    own: OwnNodeWatch,
 }
 
 /// Guarded by one lock, which a renewal holds for its whole request, so the
@@ -37,14 +44,19 @@ pub(crate) struct Held {
 pub(crate) struct State {
     /// Send time of the last answered renewal (or the grant) plus the TTL.
     pub deadline: Instant,
-    /// The timer fired, or the lease was released: no renewal any more.
+    /// The timer fired, the lease was released, or a renewal found it
+    /// lost: no renewal any more.
     pub ended: bool,
+    /// The timer or a release deletes (or deleted) our node: its deletion
+    /// is our own doing, not news for the watch of our node.
+    pub we_delete: bool,
 }
 
 impl Held {
     /// Starts the expiry timer of a node granted by a request sent at
     /// `sent_at`; the timer keeps the candidacy's claim on the node until
-    /// the node is gone (or the session is).
+    /// the node is gone (or the session is). And starts watching the node:
+    /// deleted by anyone else, `signal` fires.
     pub(crate) fn new(
         session: Arc<Session>,
         claim: Claim,
@@ -52,11 +64,20 @@ impl Held {
         sent_at: Instant,
         ttl: Duration,
         settings: Settings,
+        signal: LossSignal,
     ) -> Held {
         let state = Arc::new(Mutex::new(State {
             deadline: sent_at + ttl,
             ended: false,
+            we_delete: false,
         }));
+        let own = own::watch(
+            session.clone(),
+            node,
+            state.clone(),
+            settings.clone(),
+            signal,
+        );
         let timer = {
             let (session, path, state) = (session.clone(), node.path.clone(), state.clone());
             async move {
@@ -74,12 +95,14 @@ impl Held {
             owner: node.owner,
             state,
             expiry,
+            own,
         }
     }
 
-    /// Stops the timer (after a successful release).
+    /// Stops the timer and the watch of our node (after a successful release).
     pub(crate) fn disarm(&self) {
         self.expiry.abort();
+        self.own.stop();
     }
 }
 
@@ -92,6 +115,7 @@ async fn expire(session: &Session, path: &str, state: &Mutex<State>, settings: &
             continue;
         }
         st.ended = true;
+        st.we_delete = true;
         drop(st);
         tracing::debug!(path, "lease not renewed within its TTL; deleting its node");
         // Until it is gone, or the session is (which takes the node with it).

@@ -8,7 +8,7 @@
 //! candidates: the election node of a nested key (`k/b`'s `b` under `k`) is
 //! not, so elections `k` and `k/b` are independent.
 
-use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result};
+use tenure_core::{CandidateId, FencingToken, LeaderInfo, LossReason, Result};
 use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
 
 use crate::error::{bounded, map, unavailable};
@@ -390,18 +390,28 @@ pub(crate) async fn still_ours(
     czxid: i64,
     owner: i64,
     settings: &Settings,
-) -> Result<bool> {
+) -> Result<std::result::Result<(), LossReason>> {
     let (synced, stat) = after_sync(client, node_path, "sync and exists", settings, || {
         client.check_stat(node_path)
     })
     .await?;
     match (synced, stat) {
-        (Err(ZkError::NoNode), _) | (_, Ok(None)) => Ok(false),
-        (Err(ZkError::SessionExpired), _) | (_, Err(ZkError::SessionExpired)) => Ok(false),
+        (Err(ZkError::SessionExpired), _) | (_, Err(ZkError::SessionExpired)) => {
+            Ok(Err(LossReason::Revoked))
+        }
+        (Err(ZkError::NoNode), _) | (_, Ok(None)) => Ok(Err(LossReason::Deleted)),
         (Err(e), _) | (_, Err(e)) => Err(map(e)),
-        (Ok(()), Ok(Some(stat))) => Ok(stat.czxid == czxid
-            && stat.ephemeral_owner == owner
-            && client.session_id().0 == owner),
+        (Ok(()), Ok(Some(stat))) => {
+            if stat.czxid == czxid
+                && stat.ephemeral_owner == owner
+                && client.session_id().0 == owner
+            {
+                Ok(Ok(()))
+            } else {
+                // The path is ours alone (it bears our uuid): another session owns it now.
+                Ok(Err(LossReason::TakenOver))
+            }
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod campaign;
 mod error;
 mod held;
 mod latch;
+mod own;
 mod session;
 mod url;
 mod watch;
@@ -16,7 +18,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HostedBackend, KeyRule,
-    LeaderEvent, Lease, Result,
+    LeaderEvent, Lease, LossReason, Result,
 };
 use tokio::time::Instant;
 pub use zookeeper_client;
@@ -172,7 +174,11 @@ impl ZooKeeperBackend {
                 return Err(Error::invalid(field, "must be greater than zero"));
             }
         }
-        if options.session_timeout.subsec_nanos() % 1_000_000 != 0 {
+        if !options
+            .session_timeout
+            .subsec_nanos()
+            .is_multiple_of(1_000_000)
+        {
             return Err(Error::invalid(
                 "session_timeout",
                 "ZooKeeper counts session timeouts in whole milliseconds",
@@ -309,6 +315,8 @@ impl HostedBackend for ZooKeeperBackend {
         // The server expires sessions in tickTime buckets, and a session
         // timeout is at least two ticks.
         caps.expiry_slack = timeout / 2;
+        // Each holder watches its own node (own.rs).
+        caps.holder_watches_own_record = true;
         caps
     }
 
@@ -370,30 +378,28 @@ impl HostedBackend for ZooKeeperBackend {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         if state.ended || Instant::now() >= state.deadline {
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                "not renewed within its TTL, or released",
-            ));
+            // Not renewed within its TTL, or released.
+            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Expired));
         }
         let client = match held.session.client() {
             Ok(client) if !client.state().is_terminated() => client,
             _ => {
                 state.ended = true;
-                return Err(Error::lease_lost(
-                    lease.key().as_str(),
-                    "the ZooKeeper session ended or was closed",
-                ));
+                // The ZooKeeper session ended or was closed.
+                return Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked));
             }
         };
         let sent_at = Instant::now();
         let ours =
             latch::still_ours(&client, &held.path, held.czxid, held.owner, &settings).await?;
-        if !ours {
+        if let Err(reason) = ours {
             state.ended = true;
-            return Err(Error::lease_lost(
-                lease.key().as_str(),
-                "our node is gone or its session ended",
-            ));
+            tracing::debug!(
+                path = held.path,
+                reason = reason.as_str(),
+                "our node is no longer ours"
+            );
+            return Err(Error::lease_lost(lease.key().as_str(), reason));
         }
         state.deadline = state.deadline.max(sent_at + lease.ttl());
         Ok(lease.renewed(sent_at, lease.handle().clone()))
@@ -404,6 +410,7 @@ impl HostedBackend for ZooKeeperBackend {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         state.ended = true;
+        state.we_delete = true;
         // A session that ended or was closed took the node with it.
         if let Ok(client) = held.session.client() {
             if !client.state().is_terminated() {

@@ -15,11 +15,11 @@ use std::time::Duration;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::{oneshot, watch};
 
-pub use health::Health;
 use health::Reporter;
+pub use health::{Health, Unhealthy};
 pub use identity::default_identity;
 pub use runtime::{heartbeat_runtime, RenewOn};
-pub use term::{Leadership, LossReason, Term};
+pub use term::{Leadership, Term};
 use term::{Standing, Status, TermShared};
 
 use crate::backoff::Backoff;
@@ -29,7 +29,14 @@ use crate::{
 };
 
 /// What an [`Elector`] is doing, as [`Elector::state`] tells it.
+///
+/// With the `serde` feature: `"follower"`, `{"leader":{"token":..}}` or `"stopped"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum ElectorState {
     /// Not leading: campaigning, between terms, or not started.
     Follower,
@@ -318,7 +325,10 @@ impl Elector {
 
     /// Waits until we lead. Retryable backend errors are retried with jittered
     /// back-off; other errors, and shutdown ([`Error::Shutdown`]), end it.
-    /// Dropping the future withdraws the candidacy.
+    /// Dropping the future withdraws the candidacy; dropping the returned
+    /// [`Leadership`] releases the lease, so bind it
+    /// (`let leadership = elector.campaign().await?;`).
+    #[must_use = "dropping the Leadership releases the lease at once; bind it: `let leadership = elector.campaign().await?;`"]
     pub async fn campaign(&self) -> Result<Leadership> {
         // Declared first, so dropped last: after the attempt in flight.
         let _active = Active::new(&self.inner.active);
@@ -345,11 +355,14 @@ impl Elector {
                     tracing::debug!(key = %self.inner.candidacy.key(), holder = %holder.identity, "waiting acquire returned while held; retrying");
                 }
                 Err(error) if error.is_retryable() => {
-                    self.inner.reporter.error("acquire", &error);
+                    let error = Arc::new(error);
+                    self.inner.reporter.error("acquire", error.clone());
                     tracing::warn!(key = %self.inner.candidacy.key(), identity = %self.inner.candidacy.identity(), %error, "campaign attempt failed; retrying");
                 }
                 Err(error) => {
-                    self.inner.reporter.error("acquire", &error);
+                    self.inner
+                        .reporter
+                        .error("acquire", Arc::new(error.duplicate()));
                     return Err(error);
                 }
             }
@@ -358,6 +371,8 @@ impl Elector {
     }
 
     /// One attempt: leadership if the key is free now, `None` if someone holds it.
+    /// Dropping the returned [`Leadership`] releases the lease at once.
+    #[must_use = "dropping the Leadership releases the lease at once; bind it: `if let Some(leadership) = elector.try_acquire().await? { .. }`"]
     pub async fn try_acquire(&self) -> Result<Option<Leadership>> {
         let _active = Active::new(&self.inner.active);
         if *self.inner.shutdown.borrow() {
@@ -477,11 +492,13 @@ impl Elector {
         }
     }
 
-    /// The last backend error and its age, the time since the last
-    /// successful renewal, and the last loss; the same figures go to the
-    /// [`metrics`] facade (see [`Health`]).
+    /// Whether it leads, the last backend error and its age, the time since
+    /// the last successful renewal, and the last loss; the same figures go
+    /// to the [`metrics`] facade (see [`Health`]).
+    /// [`Health::check`] turns them into a liveness verdict.
     pub fn health(&self) -> Health {
-        self.inner.reporter.health()
+        let is_leader = matches!(*self.inner.state.borrow(), ElectorState::Leader { .. });
+        self.inner.reporter.health(is_leader)
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.

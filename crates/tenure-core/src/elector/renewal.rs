@@ -7,10 +7,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::health::Reporter;
-use super::term::{LossReason, StepDown, TermShared};
+use super::term::{StepDown, TermShared};
 use super::Settings;
 use crate::backoff::{jittered, Backoff};
-use crate::{Lease, LeaseBackend, Result};
+use crate::{Error, Lease, LeaseBackend, LossReason, Result};
 
 /// Renews `lease` every `renew_interval` (jittered) counted from the send time
 /// of the last successful renewal, retries failures with back-off, and ends
@@ -48,7 +48,7 @@ pub(crate) async fn renew_until_lost(
                 match &result {
                     Ok(()) => tracing::info!(key, identity, token, "resigned"),
                     Err(error) => {
-                        reporter.error("release", error);
+                        reporter.error("release", Arc::new(error.duplicate()));
                         tracing::warn!(key, identity, token, %error, "resigned; release failed, the lease will expire");
                     }
                 }
@@ -58,23 +58,35 @@ pub(crate) async fn renew_until_lost(
                 return;
             }
             _ = super::shut_down(&mut shutdown) => {
-                term.end(LossReason::Resigned);
+                term.end(LossReason::Shutdown);
                 match release(&*backend, &lease, &settings).await {
                     Ok(()) => tracing::info!(key, identity, token, "resigned at shutdown"),
                     Err(error) => {
-                        reporter.error("release", &error);
+                        let error = Arc::new(error);
+                        reporter.error("release", error.clone());
                         tracing::warn!(key, identity, token, %error, "resigned at shutdown; release failed, the lease will expire");
                     }
                 }
                 return;
             }
+            reason = lease.loss_signalled() => {
+                // The backend saw our record deleted or taken (it watches
+                // it): the term ends now, not at the next renewal.
+                if term.end(reason) {
+                    reporter.error("watch", Arc::new(Error::lease_lost(&key, reason)));
+                    tracing::info!(key, identity, token, reason = reason.as_str(), "leadership lost: the backend saw our record go");
+                }
+                // Free whatever is still ours (an etcd lease outlives its key).
+                let _ = release(&*backend, &lease, &settings).await;
+                return;
+            }
             _ = sleep_until(deadline) => {
                 if term.end(LossReason::Expired) {
                     // A renewal still in flight, never answered, counts too.
-                    reporter.error("renew", &crate::Error::Timeout {
+                    reporter.error("renew", Arc::new(Error::Timeout {
                         operation: "renew",
                         after: deadline.saturating_duration_since(lease.sent_at()),
-                    });
+                    }));
                     tracing::info!(key, identity, token, "leadership lost: no renewal succeeded before the local deadline");
                 }
                 // Free the key in case a late renewal did reach the backend.
@@ -90,15 +102,17 @@ pub(crate) async fn renew_until_lost(
                     tracing::debug!(key, identity, token, "renewed");
                     next = next_renewal(&lease, &settings);
                 }
-                Err(error) if error.is_lease_lost() => {
-                    reporter.renewal(took, Err(&error));
-                    if term.end(LossReason::Revoked) {
-                        tracing::info!(key, identity, token, %error, "leadership lost");
+                Err(error @ Error::LeaseLost { reason, .. }) => {
+                    let error = Arc::new(error);
+                    reporter.renewal(took, Err(error.clone()));
+                    if term.end(reason) {
+                        tracing::info!(key, identity, token, reason = reason.as_str(), %error, "leadership lost");
                     }
                     return;
                 }
                 Err(error) => {
-                    reporter.renewal(took, Err(&error));
+                    let error = Arc::new(error);
+                    reporter.renewal(took, Err(error.clone()));
                     let delay = retry.next_delay();
                     tracing::warn!(key, identity, token, %error, retry_in = ?delay, "renewal failed");
                     next = Instant::now() + delay;

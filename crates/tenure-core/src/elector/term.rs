@@ -10,30 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ElectorState;
-use crate::{CandidateId, ElectionKey, FencingToken, Result};
-
-/// Why a leadership term ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// `valid_until` passed without a successful renewal: we gave up locally,
-    /// whatever the backend may say later.
-    Expired,
-    /// The backend said someone else may hold the lease.
-    Revoked,
-    /// We stepped down ([`Leadership::resign`], drop, or shutdown).
-    Resigned,
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::Expired => "renewals failed until the local deadline",
-            LossReason::Revoked => "the backend revoked the lease",
-            LossReason::Resigned => "resigned",
-        })
-    }
-}
+use crate::{CandidateId, ElectionKey, FencingToken, LossReason, Result};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Status {
@@ -210,7 +187,21 @@ pub(crate) struct StepDown {
 ///
 /// Dereferences to its [`Term`] (token, `is_valid`, `lost`). Dropping it
 /// releases the lease in the background; [`resign`](Self::resign) does the
-/// same and waits for the backend to confirm.
+/// same and waits for the backend to confirm. So `elector.campaign().await?;`
+/// alone wins the lease and gives it up at once: bind the value
+/// (`let leadership = elector.campaign().await?;`) for as long as you lead.
+/// The compiler says so:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_core::Result<()> {
+/// # use std::sync::Arc;
+/// # let elector = tenure_core::Elector::builder(Arc::new(tenure_core::MemoryBackend::new()))
+/// #     .key("k").identity("a").build()?;
+/// elector.campaign().await?; // unused `Leadership` that must be used
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Leadership releases the lease at once; bind it for as long as you lead: `let leadership = ...`"]
 pub struct Leadership {
     pub(crate) term: Term,
     pub(crate) step_down: Option<oneshot::Sender<StepDown>>,

@@ -19,6 +19,8 @@ struct Fake {
     released: Arc<Mutex<Vec<u64>>>,
     dropped: Arc<Mutex<u32>>,
     withdrawn: Arc<Mutex<u32>>,
+    /// How many releases fail (transiently) before one succeeds.
+    failing_releases: Arc<Mutex<u32>>,
 }
 
 struct CountDrop(Fake);
@@ -65,6 +67,16 @@ impl HostedBackend for Fake {
 
     async fn release(&self, lease: Lease) -> Result<()> {
         let id = *lease.handle().get::<u64>().unwrap();
+        {
+            let mut failing = self.failing_releases.lock().unwrap();
+            if *failing > 0 {
+                *failing -= 1;
+                return Err(Error::Unavailable {
+                    backend: "fake",
+                    source: "connection reset".into(),
+                });
+            }
+        }
         self.released.lock().unwrap().push(id);
         Ok(())
     }
@@ -97,6 +109,29 @@ async fn a_grant_the_caller_never_took_is_released() {
     cleanups_finished().await;
     assert_eq!(*fake.released.lock().unwrap(), vec![7]);
     assert_eq!(*fake.dropped.lock().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_grant_the_caller_never_took_is_released_despite_transient_errors() {
+    let fake = Fake::default();
+    *fake.failing_releases.lock().unwrap() = 2;
+    let c = candidacy("k");
+    let mut acquiring = Box::pin(LeaseBackend::acquire(&fake, &c, AcquireMode::Wait));
+    assert!((&mut acquiring).now_or_never().is_none());
+    fake.go.notify_one();
+    fake.granted.notified().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(acquiring);
+    // Two releases fail (a connection reset); the cleanup goes on until one lands.
+    tokio::time::timeout(Duration::from_secs(2), cleanups_finished())
+        .await
+        .expect("the cleanup ends");
+    assert_eq!(*fake.failing_releases.lock().unwrap(), 0, "not retried");
+    assert_eq!(
+        *fake.released.lock().unwrap(),
+        vec![7],
+        "the grant nobody took was left to expire after one transient error"
+    );
 }
 
 #[tokio::test]

@@ -14,6 +14,8 @@ struct FaultState {
     fail: bool,
     cut_off: bool,
     node_down: bool,
+    watches_silent: bool,
+    trusts_watches: bool,
     request_delay: Duration,
     response_delay: Duration,
 }
@@ -63,6 +65,26 @@ impl Faults {
         self.state.send_modify(|s| s.node_down = down);
     }
 
+    /// Silences this client's watches, as a server node cut off from its
+    /// peers does (it still answers, but learns of no change): requests
+    /// still reach the server (a client with every endpoint moves them to a
+    /// node that can serve), but the news a watch would carry does not
+    /// come. A waiting candidate still hears of its grant, from the look it
+    /// takes every quarter of its TTL while it waits, as the networked
+    /// backends' waiters do. Kept apart from the link's own faults, like
+    /// [`node_down`](Self::node_down).
+    pub fn silence_watches(&self, silent: bool) {
+        self.state.send_modify(|s| s.watches_silent = silent);
+    }
+
+    /// A bug, for the conformance suite's mutants: the waiter trusts its
+    /// watch and never looks, so through a [silenced](Self::silence_watches)
+    /// watch it hears of its grant only once the watch speaks again.
+    #[doc(hidden)]
+    pub fn trust_watches(&self, trust: bool) {
+        self.state.send_modify(|s| s.trusts_watches = trust);
+    }
+
     /// Delays each request by `delay` before it reaches the server.
     pub fn delay_requests(&self, delay: Duration) {
         self.state.send_modify(|s| s.request_delay = delay);
@@ -83,6 +105,8 @@ impl Faults {
         self.state.send_modify(|s| {
             *s = FaultState {
                 node_down: s.node_down,
+                watches_silent: s.watches_silent,
+                trusts_watches: s.trusts_watches,
                 ..FaultState::default()
             }
         });
@@ -92,6 +116,26 @@ impl Faults {
         let mut rx = self.state.subscribe();
         // The sender lives as long as `self`, so this cannot fail.
         let _ = rx.wait_for(|s| !s.cut_off && !s.node_down).await;
+    }
+
+    /// The news of a waiting candidate's grant, reaching it: at once, or,
+    /// while its watches are silent, at its next look (`look_every` after
+    /// it began to listen; never, for a waiter that trusts its watch, until
+    /// the watch speaks again).
+    pub(crate) async fn hear_grant(&self, look_every: Duration) {
+        let mut rx = self.state.subscribe();
+        let look = tokio::time::sleep(look_every);
+        tokio::pin!(look);
+        loop {
+            let s = *rx.borrow_and_update();
+            if !s.watches_silent {
+                return;
+            }
+            tokio::select! {
+                _ = &mut look, if !s.trusts_watches => return,
+                changed = rx.changed() => if changed.is_err() { return },
+            }
+        }
     }
 
     /// The way to the server: fails, hangs or waits as configured.

@@ -75,7 +75,10 @@ impl MemoryBackend {
 
     /// What a default server declares: fencing, herd-free wait, 1 ms TTL granularity.
     pub fn default_capabilities() -> Capabilities {
-        Capabilities::new(true, true)
+        let mut caps = Capabilities::new(true, true);
+        // `MemoryBackend::wipe` tells the holder at once.
+        caps.holder_watches_own_record = true;
+        caps
     }
 
     /// Another client of the same server, with its own faults.
@@ -97,9 +100,10 @@ impl MemoryBackend {
     }
 
     /// Deletes the election's state on the server out of band, as an
-    /// operator deleting the record would: the holder is gone at once (it
-    /// learns at its next renewal), the next waiter is granted. Tokens keep
-    /// increasing.
+    /// operator deleting the record would: the holder is gone at once and
+    /// told so (its lease's [`LossSignal`](crate::LossSignal) fires, as a
+    /// backend that watches its holders' records does), the next waiter is
+    /// granted. Tokens keep increasing.
     pub fn wipe(&self, key: &ElectionKey) {
         self.server.wipe(key);
     }
@@ -199,6 +203,9 @@ impl LeaseBackend for MemoryBackend {
                 key: candidacy.key(),
                 grant: outcome.as_ref().ok().and_then(grant_of_ok),
             };
+            if mode == AcquireMode::Wait {
+                self.faults.hear_grant(candidacy.ttl() / 4).await;
+            }
             self.faults.response().await;
             undelivered.grant = None;
             Ok(match outcome {
@@ -256,6 +263,7 @@ fn lease_from(candidacy: &Candidacy, grant: Grant, sent_at: Instant) -> Lease {
         sent_at,
         LeaseHandle::new(grant.id),
     )
+    .with_loss_signal(grant.loss)
 }
 
 fn grant_of_ok(lease: &Lease) -> Option<u64> {

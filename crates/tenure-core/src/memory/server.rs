@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::Faults;
 use crate::{
     Candidacy, CandidateId, Capabilities, ElectionKey, Error, FencingToken, LeaderEvent,
-    LeaderInfo, Result,
+    LeaderInfo, LossReason, LossSignal, Result,
 };
 
 /// Counters kept by the in-memory server.
@@ -59,6 +59,8 @@ pub(super) struct Grant {
     pub id: u64,
     pub token: FencingToken,
     pub granted_at: Instant,
+    /// Fired when the grant's record is wiped out of band.
+    pub loss: LossSignal,
 }
 
 struct Holder {
@@ -67,6 +69,7 @@ struct Holder {
     token: FencingToken,
     ttl: Duration,
     expires_at: Instant,
+    loss: LossSignal,
 }
 
 struct Waiter {
@@ -124,17 +127,20 @@ impl State {
         let token = FencingToken::new(self.next_token);
         self.stats.grants += 1;
         let ks = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        let loss = LossSignal::new();
         ks.holder = Some(Holder {
             grant: id,
             identity: candidacy.identity().clone(),
             token,
             ttl: candidacy.ttl(),
             expires_at: now + candidacy.ttl(),
+            loss: loss.clone(),
         });
         Grant {
             id,
             token,
             granted_at: now,
+            loss,
         }
     }
 
@@ -291,10 +297,10 @@ impl Server {
                 st.stats.renewals += 1;
                 Ok(())
             }
-            _ => Err(Error::lease_lost(
-                key.as_str(),
-                "the grant expired or was released",
-            )),
+            // Someone else was granted the key since.
+            Some(_) => Err(Error::lease_lost(key.as_str(), LossReason::TakenOver)),
+            // The grant expired, was released or wiped: the server cannot tell which.
+            None => Err(Error::lease_lost(key.as_str(), LossReason::Revoked)),
         }
     }
 
@@ -319,10 +325,14 @@ impl Server {
         st.settle(key, Instant::now());
     }
 
+    /// The key's record deleted out of band: its holder (which watches
+    /// its own record) is told at once.
     pub fn wipe(&self, key: &ElectionKey) {
         let mut st = self.lock();
         if let Some(ks) = st.keys.get_mut(key) {
-            ks.holder = None;
+            if let Some(holder) = ks.holder.take() {
+                holder.loss.fire(LossReason::Deleted);
+            }
         }
         st.settle(key, Instant::now());
     }

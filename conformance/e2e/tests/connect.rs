@@ -81,7 +81,10 @@ async fn every_scheme_connects_and_hands_over() {
     );
     hand_over(&zk_url, true).await;
     hand_over(
-        &format!("redis://{}?unfenced=accept", redis.endpoints().join(",")),
+        &format!(
+            "redis://{}?allow_unfenced=true",
+            redis.endpoints().join(",")
+        ),
         false,
     )
     .await;
@@ -107,7 +110,10 @@ async fn bad_urls_name_the_field_before_any_connection() {
     ] {
         match tenure::connect(url).await {
             Err(tenure::Error::InvalidArgument { field, .. }) => {
-                assert!(field == "url" || field == "unfenced", "{url}: {field}")
+                assert!(
+                    field == "url" || field == "allow_unfenced",
+                    "{url}: {field}"
+                )
             }
             Err(other) => panic!("{url}: expected InvalidArgument, got {other}"),
             Ok(_) => panic!("{url}: connected"),

@@ -1,0 +1,166 @@
+//! A standby whose watch is on a server node that can no longer tell it
+//! anything: the node cut off from its peers (it still answers clients,
+//! but has no leader and hears of no change). The holder dies meanwhile;
+//! the standby must not wait for that node to come back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use super::candidate::{elector, Holder, Standby};
+use super::context::{Context, Cx, Failure, Step};
+use super::faults::{applied, millis, server_leader};
+use super::runner::{run_case, Meta, Quiet};
+use super::safety::Write;
+use crate::factory::{BackendFactory, ServerFaults};
+use crate::report::{CaseReport, Property};
+
+/// In a deployment of three or more nodes, for each node X in turn: the
+/// standby queues while its client can reach X only (so its watch is on
+/// X), then reaches every node again; X is cut off from its peers (not
+/// from clients), and the holder crashes. The standby leads within
+/// [`Cx::failover_bound`] of the crash while X stays cut off (from the
+/// servers' re-election, plus the time it took, where X led them; or,
+/// where later, within [`Cx::FAILOVER_MARGIN`] of the time X takes to notice
+/// the cut, [`Timing::cut_off_noticed`](crate::Timing::cut_off_noticed)), never
+/// before the crashed holder's `valid_until`; the crashed holder's write is
+/// refused.
+pub async fn standby_sees_failover_when_its_node_is_cut_off(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    let meta = Meta {
+        name: "standby_sees_failover_when_its_node_is_cut_off",
+        contract: "6, 8",
+        quiet: Quiet::Backend,
+    };
+    run_case(factory, meta, |cx| async move {
+        let Some(servers) = cx.factory().servers() else {
+            return Err(Failure::Skip(
+                "the factory cannot fault server nodes".into(),
+            ));
+        };
+        if servers.nodes() < 3 {
+            return Err(Failure::Skip(format!(
+                "needs 3 or more server nodes; the deployment has {}",
+                servers.nodes()
+            )));
+        }
+        if let Err(tenure_core::Error::Unsupported { .. }) = servers.leader().await {
+            return Err(Failure::Skip(
+                "the servers are independent (no peers to be cut off from)".into(),
+            ));
+        }
+        let mut figures = Vec::new();
+        for node in 0..servers.nodes() {
+            let took = round(&cx, servers, node).await.map_err(|failure| match failure {
+                Failure::Fail(why) => {
+                    Failure::Fail(format!("with the standby's node {node} cut off: {why}"))
+                }
+                other => other,
+            })?;
+            let (took, bound) = took;
+            figures.push(format!("node {node}: {:.0} of {:.0}", millis(took), millis(bound)));
+        }
+        cx.note(format!(
+            "the standby led, ms after the crash (or the re-election where its node led the servers) of the bound, by the standby's node: {}",
+            figures.join(", ")
+        ));
+        Ok(())
+    })
+    .await
+}
+
+/// One crash with the standby's node `node` cut off; the failover time
+/// and its bound.
+async fn round(cx: &Cx, servers: &dyn ServerFaults, node: usize) -> Step<(Duration, Duration)> {
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let Some(link) = cb.link.clone() else {
+        return Err(Failure::Skip(
+            "the standby's client has no link to confine to one node".into(),
+        ));
+    };
+    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
+    let key = cx.new_key();
+    let a = Holder::acquire(cx, &ca, &key, "a").await?;
+    drop(ca); // a's renewer task owns the only handle on its client
+    a.write();
+    let (term, token, identity) = (a.term, a.lease.token(), a.identity().to_owned());
+    let renewer = tokio::spawn(async move {
+        let mut a = a;
+        loop {
+            sleep(ttl / 3).await;
+            if a.renew().await.is_err() {
+                return;
+            }
+        }
+    });
+    applied(
+        link.confine_to(Some(node)).await,
+        format_args!("confining the standby's client to node {node}"),
+    )?;
+    let standby = Standby::start(cx, elector(cx, &cb, &key, "b")?);
+    cx.until_waiting(&key, 1).await?;
+    // Its watch opens once it has read its place in line.
+    sleep(rt).await;
+    link.confine_to(None)
+        .await
+        .ctx("letting the standby's client reach every node")?;
+    let servers_leader = servers.leader().await.ok().flatten();
+    let faulted = Instant::now();
+    applied(
+        servers.isolate(node).await,
+        format_args!("cutting node {node} off from its peers"),
+    )?;
+    renewer.abort(); // drops a's lease and client, releasing nothing
+    let _ = renewer.await;
+    let crashed = Instant::now();
+    cx.safety().end(term, crashed);
+    let deadline = cx.safety().get(term).valid_until;
+    let outcome = async {
+        // Where X led the servers, the others elect a leader first, and a
+        // new leader may refresh every lease by its election timeout
+        // (etcd), which is no longer than the servers took to elect it.
+        let (since, bound) = if servers_leader == Some(node) {
+            server_leader(servers, |i| i != node).await?;
+            let reelected = Instant::now();
+            (reelected, cx.failover_bound() + (reelected - faulted))
+        } else {
+            (crashed, cx.failover_bound())
+        };
+        // A node that serves on for a while after the cut hides the
+        // failover until it lets its clients go.
+        let noticed = cx.timing().cut_off_noticed;
+        let bound =
+            bound.max((faulted + noticed + Cx::FAILOVER_MARGIN).saturating_duration_since(since));
+        let b = standby.fails_over(cx, since, bound).await?;
+        Ok::<_, Failure>((b, since, bound))
+    }
+    .await;
+    let restored = servers
+        .rejoin(node)
+        .await
+        .ctx(format_args!("reconnecting node {node} to its peers"));
+    let settled = servers.settle().await.ctx("letting the servers settle");
+    let (mut b, since, bound) = outcome?;
+    restored?;
+    settled?;
+    let b_start = cx.safety().get(b.id).start;
+    cx.check(Property::Exclusive, deadline < b_start, || {
+        format!(
+            "b leads {:?} before the crashed a's valid_until",
+            deadline - b_start
+        )
+    })?;
+    let took = b_start.saturating_duration_since(since);
+    cx.check(Property::Timing, took <= bound, || {
+        format!("b led {took:?} after the crash (or the servers' re-election), bound {bound:?}")
+    })?;
+    b.write();
+    let zombie = cx.store().write(term, &identity, token);
+    cx.check(Property::Fencing, zombie == Write::Refused, || {
+        "the crashed leader's late write was accepted".into()
+    })?;
+    b.resign().await?;
+    Ok((took, bound))
+}
