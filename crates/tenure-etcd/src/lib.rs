@@ -285,6 +285,18 @@ impl EtcdBackend {
         let mut keep_alive = KeepAlive::new(lease_id);
         let mut valid_from = sent_at;
         let period = candidacy.ttl() / 3;
+        // A waiter's reads are looks, tried again at once: one that hangs
+        // (on a member cut off from its peers, whose reads wait for a
+        // leader that cannot answer, or a frozen one) is abandoned after
+        // an eighth of the TTL, and the next try may reach another member.
+        // A healthy member answers a linearizable read in one heartbeat.
+        let look_every = (candidacy.ttl() / 8).max(Duration::from_millis(50));
+        let look = Settings {
+            key_prefix: settings.key_prefix.clone(),
+            request_timeout: look_every
+                .max(Duration::from_millis(100))
+                .min(settings.request_timeout),
+        };
         // Set when the last look (after a keep-alive) has read our position already.
         let mut looked: Option<election::Position> = None;
 
@@ -294,6 +306,9 @@ impl EtcdBackend {
             // hand, etcd#15247), and a read of the past would not show it.
             let read = match looked.take() {
                 Some(position) => Ok(position),
+                None if mode == AcquireMode::Wait => {
+                    election::position(client, &prefix, create_revision, &look).await
+                }
                 None => election::position(client, &prefix, create_revision, settings).await,
             };
             let position = match read {
@@ -351,7 +366,6 @@ impl EtcdBackend {
             // seen within that of its lease's expiry. One reader per
             // election, not every waiter: the herd stays quiet (the others
             // rely on their watches, which require a leader).
-            let look_every = (candidacy.ttl() / 8).max(Duration::from_millis(50));
             let mut next_look = Instant::now() + look_every;
             loop {
                 tokio::select! {
@@ -375,7 +389,7 @@ impl EtcdBackend {
                     }
                     _ = tokio::time::sleep_until(next_look), if leads => {
                         next_look = Instant::now() + look_every;
-                        match election::position(client, &prefix, create_revision, settings).await {
+                        match election::position(client, &prefix, create_revision, &look).await {
                             Ok(now) if now.predecessor.as_ref().map(|p| p.create_revision())
                                 == Some(pred.create_revision()) => {}
                             Ok(now) => {
