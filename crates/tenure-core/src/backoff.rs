@@ -18,14 +18,15 @@ pub(crate) fn jittered(d: Duration, fraction: f64) -> Duration {
 /// candidates that failed together do not retry together, not even the
 /// first time.
 #[derive(Clone, Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     min: Duration,
     max: Duration,
     attempt: u32,
 }
 
 impl Backoff {
-    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+    /// Delays from `min` up to at most `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
         Backoff {
             min,
             max: max.max(min),
@@ -33,7 +34,8 @@ impl Backoff {
         }
     }
 
-    pub(crate) fn next_delay(&mut self) -> Duration {
+    /// The next delay: uniform in `[min, cap]`, the cap doubling per call.
+    pub fn next_delay(&mut self) -> Duration {
         let cap = self
             .min
             .saturating_mul(2u32 << self.attempt.min(16))
@@ -45,7 +47,8 @@ impl Backoff {
         rand::rng().random_range(self.min..=cap)
     }
 
-    pub(crate) fn reset(&mut self) {
+    /// Starts over from the shortest delays (after a success).
+    pub fn reset(&mut self) {
         self.attempt = 0;
     }
 }

@@ -19,7 +19,7 @@ use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
-use crate::backoff::Backoff;
+pub use crate::backoff::Backoff;
 use crate::{
     heartbeat_runtime, AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error,
     LeaderEvent, Lease, LeaseBackend, Result,

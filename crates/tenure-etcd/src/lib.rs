@@ -291,11 +291,15 @@ impl EtcdBackend {
         // an eighth of the TTL, and the next try may reach another member.
         // A healthy member answers a linearizable read in one heartbeat.
         let look_every = (candidacy.ttl() / 8).max(Duration::from_millis(50));
-        let look = Settings {
+        // A try that timed out doubles the next one's bound (up to the
+        // request timeout): on a link slower than an eighth of the TTL the
+        // tries grow until one can answer, instead of timing out forever.
+        let first_try = look_every
+            .max(Duration::from_millis(100))
+            .min(settings.request_timeout);
+        let mut look = Settings {
             key_prefix: settings.key_prefix.clone(),
-            request_timeout: look_every
-                .max(Duration::from_millis(100))
-                .min(settings.request_timeout),
+            request_timeout: first_try,
         };
         // Set when the last look (after a keep-alive) has read our position already.
         let mut looked: Option<election::Position> = None;
@@ -311,6 +315,14 @@ impl EtcdBackend {
                 }
                 None => election::position(client, &prefix, create_revision, settings).await,
             };
+            if mode == AcquireMode::Wait {
+                look.request_timeout = match &read {
+                    Err(Error::Timeout { .. }) => {
+                        (look.request_timeout * 2).min(settings.request_timeout)
+                    }
+                    _ => first_try,
+                };
+            }
             let position = match read {
                 Ok(position) => position,
                 // A member without a leader refuses at once (we require
@@ -399,6 +411,10 @@ impl EtcdBackend {
                             }
                             Err(e) => {
                                 // The next try may reach another member.
+                                if matches!(e, Error::Timeout { .. }) {
+                                    look.request_timeout =
+                                        (look.request_timeout * 2).min(settings.request_timeout);
+                                }
                                 tracing::debug!(error = %e, "look at our place in line failed");
                                 next_look = Instant::now() + RETRY_PAUSE;
                             }

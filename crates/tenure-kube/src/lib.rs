@@ -204,10 +204,29 @@ impl KubeLeaseBackend {
         // if that is all we need.
         let mut delivered: Option<Option<KubeLease>> = None;
         let mut watch = observe::LeaseWatch::new(self.api.clone(), name);
+        // A waiting candidate waits through an apiserver's transient errors
+        // (a 500 while its etcd restarts, a 429, a broken connection),
+        // reading again with back-off: waiting is its job.
+        let mut retry = tenure_core::hosted::Backoff::new(
+            Duration::from_millis(50),
+            (candidacy.ttl() / 4).max(Duration::from_millis(50)),
+        );
         loop {
             let observed = match delivered.take() {
                 Some(observed) => observed,
-                None => self.get(name, after).await?,
+                None => match self.get(name, after).await {
+                    Ok(observed) => {
+                        retry.reset();
+                        observed
+                    }
+                    Err(e) if mode == AcquireMode::Wait && e.is_retryable() => {
+                        let pause = retry.next_delay();
+                        tracing::debug!(lease = name, error = %e, retry_in = ?pause, "reading the Lease failed while waiting; reading again");
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             let Some(observed) = observed else {
                 if self.options.fencing == Fencing::ResourceVersion {

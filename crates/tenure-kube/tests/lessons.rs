@@ -524,3 +524,42 @@ async fn a_holder_is_told_of_a_take_over_but_not_of_its_own_renewals() {
     assert_eq!(reason, tenure_core::LossReason::TakenOver);
     assert!(!lease.is_valid());
 }
+
+/// A waiting candidate waits through the apiserver's transient errors (a
+/// 500 while its etcd restarts, a broken connection): it reads the Lease
+/// again with back-off, and is granted once the holder releases. A waiting
+/// acquire that returned the first such error made the suite's cluster
+/// restart case fail ("b waits: ... 500 etcd grpc request cancelled").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_candidate_waits_through_a_broken_connection() {
+    let env = env().await;
+    let a = env.backend().await;
+    let (b, link) = env.proxied_backend().await;
+    let lease = hold(&a, "broken-wait", "a").await;
+    let waiting = waits(&b, "broken-wait").await;
+    // Every connection of b's reset for half a second: its watch breaks,
+    // its reads of the Lease fail.
+    link.proxies()[0].set(tenure_conformance::proxy::Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "b's waiting acquire ended while its connection was broken: {:?}",
+        waiting.await.unwrap().0.map(|_| "granted")
+    );
+    link.proxies()[0].set(tenure_conformance::proxy::Mode::Pass);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    a.release(&lease).await.expect("release");
+    let (granted, at) = timeout(TTL, waiting)
+        .await
+        .expect("b was granted within the TTL")
+        .unwrap();
+    let granted = granted.expect("b's acquire");
+    eprintln!(
+        "release to grant after the broken connection: {:?}",
+        at - released
+    );
+    b.release(&granted.granted().expect("b was granted"))
+        .await
+        .unwrap();
+}
