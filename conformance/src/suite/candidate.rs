@@ -146,6 +146,46 @@ impl Holder {
         }
     }
 
+    /// Waits in line until granted, campaigning again after a retryable
+    /// error as [`Elector::campaign`](tenure_core::Elector::campaign) does
+    /// (after servers restart, a campaign may be refused while they elect
+    /// a leader). Each such error is noted; any other ends the case.
+    pub async fn acquire_waiting_retrying(
+        cx: &Cx,
+        client: &Client,
+        key: &ElectionKey,
+        name: &str,
+    ) -> Step<Holder> {
+        let mut retry =
+            tenure_core::hosted::Backoff::new(std::time::Duration::from_millis(20), cx.ttl() / 4);
+        loop {
+            let sent = Instant::now();
+            match client
+                .backend
+                .acquire(&cx.candidacy(key, name), AcquireMode::Wait)
+                .await
+            {
+                Ok(Acquisition::Granted(lease)) => {
+                    return granted(cx, client, lease, sent, name, key)
+                }
+                Ok(Acquisition::Held(info)) => {
+                    cx.check(Property::Contract, false, || {
+                        format!("a waiting acquire returned Held({info:?})")
+                    })?;
+                    unreachable!("a failed contract check ends the case")
+                }
+                Err(e) if e.is_retryable() => {
+                    cx.note(format!(
+                        "{name}'s campaign failed after {:.0} ms, retried: {e}",
+                        sent.elapsed().as_secs_f64() * 1000.0
+                    ));
+                    tokio::time::sleep(retry.next_delay()).await;
+                }
+                Err(e) => return Err(e).ctx(format_args!("{name} waits")),
+            }
+        }
+    }
+
     /// The holder's name as the report shows it.
     pub fn identity(&self) -> &str {
         self.lease.holder().as_str()

@@ -42,8 +42,10 @@ pub async fn cluster_restart_tokens_keep_increasing(
         let restarting = Instant::now();
         applied(servers.restart_all().await, "restarting every server node")?;
         let served = Instant::now();
-        // A client made now: this case is about what the servers kept, not
-        // about reconnecting.
+        // A client made now, which campaigns again after a retryable error
+        // as an Elector does (a member that serves may not have a leader
+        // yet): this case is about what the servers kept, not about
+        // reconnecting.
         let cb = cx.client().await?;
         let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
         let limit = ttl * 2 + cx.caps().expiry_slack + rt * 4;
@@ -51,7 +53,7 @@ pub async fn cluster_restart_tokens_keep_increasing(
             .within(
                 limit,
                 "b's grant after the restart",
-                Holder::acquire_waiting(&cx, &cb, &key, "b"),
+                Holder::acquire_waiting_retrying(&cx, &cb, &key, "b"),
             )
             .await??;
         b.write();
