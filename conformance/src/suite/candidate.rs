@@ -68,6 +68,27 @@ fn granted(
     })
 }
 
+/// A waiting acquire's answer: the holder, or a contract failure if it
+/// returned `Held`.
+fn waited(
+    cx: &Cx,
+    client: &Client,
+    outcome: Acquisition,
+    sent: Instant,
+    name: &str,
+    key: &ElectionKey,
+) -> Step<Holder> {
+    match outcome {
+        Acquisition::Granted(lease) => granted(cx, client, lease, sent, name, key),
+        Acquisition::Held(info) => {
+            cx.check(Property::Contract, false, || {
+                format!("a waiting acquire returned Held({info:?})")
+            })?;
+            unreachable!("a failed contract check ends the case")
+        }
+    }
+}
+
 impl Holder {
     /// One attempt: the holder, or who holds the key.
     pub async fn try_acquire(
@@ -130,20 +151,12 @@ impl Holder {
         name: &str,
     ) -> Step<Holder> {
         let sent = Instant::now();
-        match client
+        let outcome = client
             .backend
             .acquire(&cx.candidacy(key, name), AcquireMode::Wait)
             .await
-            .ctx(format_args!("{name} waits"))?
-        {
-            Acquisition::Granted(lease) => granted(cx, client, lease, sent, name, key),
-            Acquisition::Held(info) => {
-                cx.check(Property::Contract, false, || {
-                    format!("a waiting acquire returned Held({info:?})")
-                })?;
-                unreachable!("a failed contract check ends the case")
-            }
-        }
+            .ctx(format_args!("{name} waits"))?;
+        waited(cx, client, outcome, sent, name, key)
     }
 
     /// Waits in line until granted, campaigning again after a retryable
@@ -165,15 +178,7 @@ impl Holder {
                 .acquire(&cx.candidacy(key, name), AcquireMode::Wait)
                 .await
             {
-                Ok(Acquisition::Granted(lease)) => {
-                    return granted(cx, client, lease, sent, name, key)
-                }
-                Ok(Acquisition::Held(info)) => {
-                    cx.check(Property::Contract, false, || {
-                        format!("a waiting acquire returned Held({info:?})")
-                    })?;
-                    unreachable!("a failed contract check ends the case")
-                }
+                Ok(outcome) => return waited(cx, client, outcome, sent, name, key),
                 Err(e) if e.is_retryable() => {
                     cx.note(format!(
                         "{name}'s campaign failed after {:.0} ms, retried: {e}",
