@@ -20,9 +20,13 @@ pub type Recovery = Arc<dyn Fn(&MemoryBackend) + Send + Sync>;
 /// default). Each client has its own fault knobs, which serve as its
 /// [`Link`], and talks to one node:
 ///
-/// - a paused or killed node cuts its clients off (their calls hang); a
-///   client of a killed node moves to a live one, as a client with every
-///   endpoint does;
+/// - a client of a paused (frozen) node has its requests served by the
+///   others, as a client with every endpoint moves them after a try that
+///   timed out, but its watches are silent until the node is back; a
+///   factory made [`clients_stay_on_frozen_nodes`](Self::clients_stay_on_frozen_nodes)
+///   has clients whose calls hang instead;
+/// - a killed node cuts its clients off; they move to a live one, as a
+///   client with every endpoint does;
 /// - while the servers have no leader (theirs was killed, or is paused),
 ///   every client is cut off; a killed leader is replaced after the
 ///   re-election time (150 ms) if a majority of nodes is up;
@@ -83,7 +87,7 @@ impl MemoryFactory {
             server: MemoryBackend::with_capabilities(capabilities),
             timing,
             name: "memory".into(),
-            cluster: Arc::new(Cluster::new(3, Arc::new(MemoryBackend::refresh_all))),
+            cluster: Arc::new(Cluster::new(3, Arc::new(MemoryBackend::refresh_all), false)),
             candidate: None,
             front: Arc::default(),
         }
@@ -98,7 +102,23 @@ impl MemoryFactory {
     /// The same server played by `nodes` nodes (1 or more); with one node,
     /// pausing it cuts every client off, and it elects itself at once.
     pub fn with_nodes(mut self, nodes: usize) -> Self {
-        self.cluster = Arc::new(Cluster::new(nodes.max(1), self.cluster.recovery.clone()));
+        self.cluster = Arc::new(Cluster::new(
+            nodes.max(1),
+            self.cluster.recovery.clone(),
+            self.cluster.stay_on_frozen,
+        ));
+        self
+    }
+
+    /// The same, with clients that stay on a frozen node: their calls hang
+    /// until it is back, as those of a client given one endpoint (or one
+    /// that tries the same frozen node again and again) do. A mutant's.
+    pub fn clients_stay_on_frozen_nodes(mut self) -> Self {
+        self.cluster = Arc::new(Cluster::new(
+            self.cluster.nodes,
+            self.cluster.recovery.clone(),
+            true,
+        ));
         self
     }
 
@@ -109,7 +129,11 @@ impl MemoryFactory {
         mut self,
         recovery: impl Fn(&MemoryBackend) + Send + Sync + 'static,
     ) -> Self {
-        self.cluster = Arc::new(Cluster::new(self.cluster.nodes, Arc::new(recovery)));
+        self.cluster = Arc::new(Cluster::new(
+            self.cluster.nodes,
+            Arc::new(recovery),
+            self.cluster.stay_on_frozen,
+        ));
         self
     }
 
@@ -376,10 +400,13 @@ const RESTART: Duration = Duration::from_millis(100);
 struct Cluster {
     nodes: usize,
     recovery: Recovery,
+    /// Whether a frozen node's clients stay on it (their calls hang).
+    stay_on_frozen: bool,
     state: Mutex<ClusterState>,
 }
 
 struct ClusterState {
+    stay_on_frozen: bool,
     clients: Vec<(MemoryBackend, usize)>,
     attached: usize,
     down: Vec<bool>,
@@ -409,26 +436,32 @@ impl ClusterState {
         elect
     }
 
-    /// Whether a client of `node` reaches the servers' leader.
+    /// Whether a client of `node` reaches the servers' leader: through
+    /// `node`, or, where that is frozen, through the others.
     fn reaches(&self, node: usize) -> bool {
-        !self.down[node] && !self.paused[node] && self.leader.is_some_and(|l| !self.paused[l])
+        let through_node = !self.paused[node] || !self.stay_on_frozen;
+        !self.down[node] && through_node && self.leader.is_some_and(|l| !self.paused[l])
     }
 
     /// Cuts off, or lets through, every client as its node stands.
     fn apply(&self) {
         for (client, node) in &self.clients {
             client.faults().node_down(!self.reaches(*node));
-            client.faults().silence_watches(self.isolated[*node]);
+            client
+                .faults()
+                .silence_watches(self.isolated[*node] || self.paused[*node]);
         }
     }
 }
 
 impl Cluster {
-    fn new(nodes: usize, recovery: Recovery) -> Self {
+    fn new(nodes: usize, recovery: Recovery, stay_on_frozen: bool) -> Self {
         Cluster {
             nodes,
             recovery,
+            stay_on_frozen,
             state: Mutex::new(ClusterState {
+                stay_on_frozen,
                 clients: Vec::new(),
                 attached: 0,
                 down: vec![false; nodes],

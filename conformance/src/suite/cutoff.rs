@@ -1,7 +1,8 @@
 //! A standby whose watch is on a server node that can no longer tell it
 //! anything: the node cut off from its peers (it still answers clients,
-//! but has no leader and hears of no change). The holder dies meanwhile;
-//! the standby must not wait for that node to come back.
+//! but has no leader and hears of no change), or frozen (its connections
+//! open and silent). The holder dies meanwhile; the standby must not wait
+//! for that node to come back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,9 @@ use crate::report::{CaseReport, Property};
 /// In a deployment of three or more nodes, for each node X in turn: the
 /// standby queues while its client can reach X only (so its watch is on
 /// X), then reaches every node again; X is cut off from its peers (not
-/// from clients), and the holder crashes. The standby leads within
+/// from clients), or frozen (then the servers' own leader is spared: that
+/// is [`servers_leader_paused_longer_than_ttl`](super::servers_leader_paused_longer_than_ttl)),
+/// and the holder crashes. The standby leads within
 /// [`Cx::failover_bound`] of the crash while X stays cut off (from the
 /// servers' re-election, plus the time it took, where X led them; or,
 /// where later, within [`Cx::FAILOVER_MARGIN`] of the time X takes to notice
@@ -52,15 +55,27 @@ pub async fn standby_sees_failover_when_its_node_is_cut_off(
             ));
         }
         let mut figures = Vec::new();
-        for node in 0..servers.nodes() {
-            let took = round(&cx, servers, node).await.map_err(|failure| match failure {
-                Failure::Fail(why) => {
-                    Failure::Fail(format!("with the standby's node {node} cut off: {why}"))
+        for fault in [Fault::CutOff, Fault::Frozen] {
+            for node in 0..servers.nodes() {
+                if fault == Fault::Frozen && servers.leader().await.ok().flatten() == Some(node) {
+                    figures.push(format!("{fault} node {node}: spared, it leads the servers"));
+                    continue;
                 }
-                other => other,
-            })?;
-            let (took, bound) = took;
-            figures.push(format!("node {node}: {:.0} of {:.0}", millis(took), millis(bound)));
+                let (took, bound) =
+                    round(&cx, servers, node, fault)
+                        .await
+                        .map_err(|failure| match failure {
+                            Failure::Fail(why) => Failure::Fail(format!(
+                                "with the standby's node {node} {fault}: {why}"
+                            )),
+                            other => other,
+                        })?;
+                figures.push(format!(
+                    "{fault} node {node}: {:.0} of {:.0}",
+                    millis(took),
+                    millis(bound)
+                ));
+            }
         }
         cx.note(format!(
             "the standby led, ms after the crash (or the re-election where its node led the servers) of the bound, by the standby's node: {}",
@@ -71,9 +86,32 @@ pub async fn standby_sees_failover_when_its_node_is_cut_off(
     .await
 }
 
-/// One crash with the standby's node `node` cut off; the failover time
-/// and its bound.
-async fn round(cx: &Cx, servers: &dyn ServerFaults, node: usize) -> Step<(Duration, Duration)> {
+/// What befalls the standby's node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// Cut off from its peers, not from clients.
+    CutOff,
+    /// Paused: its connections open and silent.
+    Frozen,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fault::CutOff => "cut off",
+            Fault::Frozen => "frozen",
+        })
+    }
+}
+
+/// One crash with the standby's node `node` cut off or frozen; the
+/// failover time and its bound.
+async fn round(
+    cx: &Cx,
+    servers: &dyn ServerFaults,
+    node: usize,
+    fault: Fault,
+) -> Step<(Duration, Duration)> {
     let (ca, cb) = (cx.client().await?, cx.client().await?);
     let Some(link) = cb.link.clone() else {
         return Err(Failure::Skip(
@@ -108,10 +146,16 @@ async fn round(cx: &Cx, servers: &dyn ServerFaults, node: usize) -> Step<(Durati
         .ctx("letting the standby's client reach every node")?;
     let servers_leader = servers.leader().await.ok().flatten();
     let faulted = Instant::now();
-    applied(
-        servers.isolate(node).await,
-        format_args!("cutting node {node} off from its peers"),
-    )?;
+    match fault {
+        Fault::CutOff => applied(
+            servers.isolate(node).await,
+            format_args!("cutting node {node} off from its peers"),
+        )?,
+        Fault::Frozen => applied(
+            servers.pause(node).await,
+            format_args!("pausing node {node}"),
+        )?,
+    }
     renewer.abort(); // drops a's lease and client, releasing nothing
     let _ = renewer.await;
     let crashed = Instant::now();
@@ -130,17 +174,26 @@ async fn round(cx: &Cx, servers: &dyn ServerFaults, node: usize) -> Step<(Durati
         };
         // A node that serves on for a while after the cut hides the
         // failover until it lets its clients go.
-        let noticed = cx.timing().cut_off_noticed;
+        let noticed = match fault {
+            Fault::CutOff => cx.timing().cut_off_noticed,
+            Fault::Frozen => Duration::ZERO,
+        };
         let bound =
             bound.max((faulted + noticed + Cx::FAILOVER_MARGIN).saturating_duration_since(since));
         let b = standby.fails_over(cx, since, bound).await?;
         Ok::<_, Failure>((b, since, bound))
     }
     .await;
-    let restored = servers
-        .rejoin(node)
-        .await
-        .ctx(format_args!("reconnecting node {node} to its peers"));
+    let restored = match fault {
+        Fault::CutOff => servers
+            .rejoin(node)
+            .await
+            .ctx(format_args!("reconnecting node {node} to its peers")),
+        Fault::Frozen => servers
+            .unpause(node)
+            .await
+            .ctx(format_args!("unpausing node {node}")),
+    };
     let settled = servers.settle().await.ctx("letting the servers settle");
     let (mut b, since, bound) = outcome?;
     restored?;

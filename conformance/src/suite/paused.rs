@@ -24,12 +24,12 @@ enum Paused {
     ServersLeader,
 }
 
-/// The node the leader's client uses is paused for longer than the TTL.
-/// The leader either goes on leading (its client moved to another node and
-/// renewed in time) or steps down by its `valid_until`; then a standby
-/// leads, never before that `valid_until`, within two TTLs plus
-/// [`Cx::failover_bound`] of the servers being whole again, and the old
-/// leader's write is refused.
+/// The node the leader's client uses (not the servers' leader, where the
+/// client uses another too) is paused for longer than the TTL. The others
+/// are a majority and serve on: a client given every endpoint renews
+/// through them, so the leader must go on leading, its `valid_until`
+/// moving, and hand over when it resigns. (A backend whose servers are
+/// independent, or whose client has one endpoint, skips the case.)
 pub async fn holders_server_node_paused_longer_than_ttl(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -41,8 +41,12 @@ pub async fn holders_server_node_paused_longer_than_ttl(
     .await
 }
 
-/// As [`holders_server_node_paused_longer_than_ttl`], with the servers'
-/// own leader paused: the others elect a new one meanwhile.
+/// The servers' own leader is paused for longer than the TTL: the others
+/// elect a new one meanwhile. The leader either goes on leading (its client
+/// moved to another node and renewed in time) or steps down by its
+/// `valid_until`; then a standby leads, never before that `valid_until`,
+/// within two TTLs plus [`Cx::failover_bound`] of the servers being whole
+/// again, and the old leader's write is refused.
 pub async fn servers_leader_paused_longer_than_ttl(factory: Arc<dyn BackendFactory>) -> CaseReport {
     paused_node(
         factory,
@@ -157,7 +161,7 @@ async fn paused_node(
             },
             millis(resumed - paused)
         ));
-        after_pause(&cx, servers, a, standby, paused).await
+        after_pause(&cx, servers, which, a, standby, paused).await
     })
     .await
 }
@@ -166,6 +170,7 @@ async fn paused_node(
 async fn after_pause(
     cx: &Cx,
     servers: &dyn ServerFaults,
+    which: Paused,
     a: Leader,
     standby: Standby,
     paused: Instant,
@@ -176,6 +181,16 @@ async fn after_pause(
         .await
         .ctx("waiting for the servers to settle after the pause")?;
     let settled = Instant::now();
+    if which == Paused::Holders && a.term.ended().is_some() {
+        let (lost_at, reason) = a.lost().await;
+        return cx.check(Property::Contract, false, || {
+            format!(
+                "a stepped down ({reason:?}) {:.0} ms after its node was paused, though the \
+                 other nodes, a majority, served throughout",
+                millis(lost_at - paused)
+            )
+        });
+    }
     if a.term.ended().is_none() {
         still_leads(cx, &a, paused, "its server node was paused")?;
         cx.note("a kept leading through the pause");

@@ -77,8 +77,15 @@ pub enum Bug {
     TtlGranularityNotEnforced,
     /// A renewal with no answer within 50 ms counts as done (a keep-alive
     /// whose answer the client does not wait for): the holder goes on past
-    /// the deadline its last answered renewal gave it.
+    /// the deadline its last answered renewal gave it. Its clients stay on
+    /// a frozen node (as [`Bug::StaysOnAFrozenNode`]), so that a pause of
+    /// its node leaves its renewals unanswered.
     UnansweredRenewCounts,
+    /// The client stays on a frozen server node (its calls hang until the
+    /// node is back), as one given a single endpoint, or one whose every try
+    /// waits out one fixed timeout on the same node, does: a holder loses
+    /// its lease to a fault that a majority of the servers rode out.
+    StaysOnAFrozenNode,
     /// Leases live on the servers' leader alone: a new leader starts without
     /// any (after a kill or a restart).
     LeasesLostOnFailover,
@@ -606,6 +613,9 @@ impl MutantFactory {
                         .store(server.stats().grants, Ordering::SeqCst);
                     server.wipe_all();
                 })
+            }
+            Bug::UnansweredRenewCounts | Bug::StaysOnAFrozenNode => {
+                memory.clients_stay_on_frozen_nodes()
             }
             _ => memory,
         };

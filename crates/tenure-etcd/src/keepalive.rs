@@ -1,9 +1,13 @@
-//! Keeping one etcd lease alive, on a keep-alive stream opened on demand.
+//! Keeping one etcd lease alive, on a keep-alive stream opened on demand
+//! on one member at a time.
+
+use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
 use crate::error::{bounded, map, BACKEND};
+use crate::members::Members;
 use crate::Settings;
 use tenure_core::{Error, Result};
 
@@ -16,8 +20,11 @@ use tenure_core::{Error, Result};
 /// such a call; the next one drops the stream and opens a fresh one.
 pub(crate) struct KeepAlive {
     lease_id: i64,
-    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    /// The open stream and the member it is on.
+    stream: Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>,
     in_flight: bool,
+    /// The member that answered the last keep-alive.
+    last: Option<usize>,
 }
 
 /// What a keep-alive told us.
@@ -34,6 +41,7 @@ impl KeepAlive {
             lease_id,
             stream: None,
             in_flight: false,
+            last: None,
         }
     }
 
@@ -42,12 +50,21 @@ impl KeepAlive {
         self.in_flight = false;
     }
 
-    /// Sends one keep-alive and waits for its answer.
-    pub(crate) async fn keep_alive(
+    /// Sends one keep-alive through `member` (whose client is `client`) and
+    /// waits for its answer.
+    async fn keep_alive(
         &mut self,
         client: &Client,
+        member: usize,
         settings: &Settings,
     ) -> Result<Kept> {
+        if self
+            .stream
+            .as_ref()
+            .is_some_and(|(on, _, _)| *on != member)
+        {
+            self.reset();
+        }
         if self.in_flight {
             // An earlier call gave up before its answer came: that answer may
             // still arrive on this stream. Start over on a new one.
@@ -68,11 +85,11 @@ impl KeepAlive {
                 async move { leases.keep_alive(lease_id).await }
             })
             .await
-            .map(|opened| {
-                self.stream = Some(opened);
+            .map(|(keeper, stream)| {
+                self.stream = Some((member, keeper, stream));
                 Some(true)
             }),
-            Some((keeper, stream)) => {
+            Some((_, keeper, stream)) => {
                 // Messages on an open stream carry no token: nothing to refresh.
                 let in_flight = &mut self.in_flight;
                 let sent = async {
@@ -114,6 +131,104 @@ impl KeepAlive {
                 Err(error)
             }
         }
+    }
+}
+
+/// What a renewal found.
+pub(crate) enum Renewed {
+    /// The lease lives on (and the key, where asked); the deadline may
+    /// count from `sent_at`.
+    Alive { sent_at: Instant },
+    /// The lease is gone on the server.
+    Expired,
+    /// The lease lives, but the key asked about is gone or not ours.
+    KeyGone,
+}
+
+/// Below this, what is left before the deadline is not worth a try.
+const LAST_TRY: Duration = Duration::from_millis(10);
+
+/// Keeps the lease alive by `deadline` (its holder's local deadline: an
+/// answer after it is worthless), and then, where `own_key` names one,
+/// reads that the key (created at the revision given) is still ours.
+///
+/// One member at a time: the one that answered last ([`Members::pick`]).
+/// A try that fails or times out sets its member aside and the next one,
+/// on another member, gets the time left: the first try's keep-alive gets
+/// two thirds of it where another member can be had, so that a frozen
+/// member costs a try and not the lease; a member that answered the
+/// keep-alive gets what is left for the read. No try waits past the request timeout; a call made
+/// with no time left (a caller renewing late) gets one try of that long.
+pub(crate) async fn renew(
+    keep: &mut KeepAlive,
+    members: &Members,
+    settings: &Settings,
+    deadline: Instant,
+    own_key: Option<(&str, i64)>,
+) -> Result<Renewed> {
+    let late = deadline <= Instant::now();
+    let mut tries = 0;
+    loop {
+        let member = members.pick(keep.last);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let whole = match late {
+            true => settings.request_timeout,
+            false => left.min(settings.request_timeout),
+        };
+        let bound = match tries == 0 && members.another_free(member) {
+            true => whole * 2 / 3,
+            false => whole,
+        };
+        let this_try = Settings {
+            key_prefix: settings.key_prefix.clone(),
+            request_timeout: bound,
+        };
+        let attempt = async {
+            let client = tokio::time::timeout(bound, members.client(member))
+                .await
+                .map_err(|_| Error::Timeout {
+                    operation: "connect",
+                    after: bound,
+                })??;
+            match keep.keep_alive(&client, member, &this_try).await? {
+                Kept::Expired => Ok::<_, Error>(Renewed::Expired),
+                Kept::Alive { sent_at } => match own_key {
+                    // The member answered: it is not frozen. Its read gets
+                    // what is left (a slow link takes two round trips).
+                    Some((key, revision)) => {
+                        let read = Settings {
+                            key_prefix: settings.key_prefix.clone(),
+                            request_timeout: match late {
+                                true => settings.request_timeout,
+                                false => deadline
+                                    .saturating_duration_since(Instant::now())
+                                    .min(settings.request_timeout),
+                            },
+                        };
+                        match crate::election::still_ours(&client, key, revision, &read).await? {
+                            true => Ok(Renewed::Alive { sent_at }),
+                            false => Ok(Renewed::KeyGone),
+                        }
+                    }
+                    None => Ok(Renewed::Alive { sent_at }),
+                },
+            }
+        };
+        let error = match attempt.await {
+            Ok(renewed) => {
+                keep.last = Some(member);
+                return Ok(renewed);
+            }
+            Err(error) if error.is_retryable() => error,
+            Err(error) => return Err(error),
+        };
+        members.avoid(member);
+        tries += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if late || left < LAST_TRY || tries >= 2 * members.len() {
+            return Err(error);
+        }
+        tracing::debug!(member, %error, ?left, "a keep-alive try failed; trying another member");
     }
 }
 

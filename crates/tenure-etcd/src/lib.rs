@@ -8,6 +8,7 @@
 mod election;
 mod error;
 mod keepalive;
+mod members;
 mod own;
 mod url;
 mod watch;
@@ -22,7 +23,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 pub use etcd_client;
-use keepalive::{KeepAlive, Kept};
+use keepalive::{KeepAlive, Renewed};
+use members::Members;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
     HostedBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
@@ -104,6 +106,8 @@ impl Settings {
 #[derive(Clone)]
 pub struct EtcdBackend {
     client: Client,
+    /// The same members, one client each, for keep-alives (members.rs).
+    members: Arc<Members>,
     settings: Arc<Settings>,
 }
 
@@ -150,6 +154,7 @@ impl EtcdBackend {
             ));
         }
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
+        let each = endpoints.clone();
         // Tokens expire (simple ones after `--auth-token-ttl` of disuse, JWTs
         // after their TTL): etcd-client authenticates again and resends.
         // A member cut off from its peers refuses requests that require a
@@ -162,6 +167,7 @@ impl EtcdBackend {
             .clone()
             .with_auto_token_refresh(true)
             .with_require_leader(true);
+        let members_connect = connect.clone();
         let client = tenure_core::heartbeat_runtime()
             .spawn(async move { Client::connect(endpoints, Some(connect)).await })
             .await
@@ -170,7 +176,14 @@ impl EtcdBackend {
                 source: Box::new(e),
             })?
             .map_err(error::map)?;
-        Ok(Self::from_client(client, options))
+        // With several members, keep-alives go to one at a time, each on a
+        // client of its own: one frozen member then costs a try, not the
+        // lease (members.rs).
+        let members = match each.len() {
+            1 => Members::single(client.clone()),
+            _ => Members::new(&each, members_connect),
+        };
+        Ok(Self::with_members(client, members, options))
     }
 
     /// Connects from a URL:
@@ -228,8 +241,14 @@ impl EtcdBackend {
     ///
     /// A client built anywhere else works, without that promise.
     pub fn from_client(client: Client, options: EtcdOptions) -> Self {
+        let members = Members::single(client.clone());
+        Self::with_members(client, members, options)
+    }
+
+    fn with_members(client: Client, members: Members, options: EtcdOptions) -> Self {
         EtcdBackend {
             client,
+            members: Arc::new(members),
             settings: Arc::new(Settings {
                 key_prefix: options.key_prefix,
                 request_timeout: options.request_timeout,
@@ -245,6 +264,7 @@ impl EtcdBackend {
     async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         let settings = Arc::new(self.settings.for_ttl(candidacy.ttl()));
         let (client, settings) = (&self.client, &*settings);
+        let members = &*self.members;
         let prefix = election::election_prefix(settings, candidacy.key().as_str());
         if mode == AcquireMode::Once {
             // Read first: a held election costs no write.
@@ -333,7 +353,7 @@ impl EtcdBackend {
                     tokio::time::sleep(RETRY_PAUSE).await;
                     if Instant::now() >= valid_from + period {
                         keep_waiting(
-                            client,
+                            members,
                             settings,
                             candidacy,
                             &mut keep_alive,
@@ -397,7 +417,7 @@ impl EtcdBackend {
                         break;
                     }
                     _ = tokio::time::sleep_until(valid_from + period) => {
-                        keep_waiting(client, settings, candidacy, &mut keep_alive, &mut valid_from).await?;
+                        keep_waiting(members, settings, candidacy, &mut keep_alive, &mut valid_from).await?;
                     }
                     _ = tokio::time::sleep_until(next_look), if leads => {
                         next_look = Instant::now() + look_every;
@@ -460,18 +480,19 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// `valid_from` (updated); after a retryable failure with time left to try
 /// again, it returns after a pause; else the error.
 async fn keep_waiting(
-    client: &Client,
+    members: &Members,
     settings: &Settings,
     candidacy: &Candidacy,
     keep_alive: &mut KeepAlive,
     valid_from: &mut Instant,
 ) -> Result<()> {
-    match keep_alive.keep_alive(client, settings).await {
-        Ok(Kept::Alive { sent_at }) => {
+    let deadline = candidacy.deadline_from(*valid_from);
+    match keepalive::renew(keep_alive, members, settings, deadline, None).await {
+        Ok(Renewed::Alive { sent_at }) => {
             *valid_from = sent_at;
             Ok(())
         }
-        Ok(Kept::Expired) => Err(Error::Unavailable {
+        Ok(Renewed::Expired | Renewed::KeyGone) => Err(Error::Unavailable {
             backend: BACKEND,
             source: "our candidate lease expired while waiting".into(),
         }),
@@ -514,23 +535,24 @@ impl HostedBackend for EtcdBackend {
     async fn renew(&self, lease: Lease) -> Result<Lease> {
         let state = etcd_lease(&lease)?;
         let settings = self.settings.for_ttl(lease.ttl());
-        let kept = state
-            .keep_alive
-            .lock()
-            .await
-            .keep_alive(&self.client, &settings)
-            .await?;
-        let Kept::Alive { sent_at } = kept else {
+        // The lease lives, and then our key too: someone may have deleted
+        // it, and a keep-alive racing a revoke may be answered as a success
+        // (etcd#20547).
+        let renewed = keepalive::renew(
+            &mut *state.keep_alive.lock().await,
+            &self.members,
+            &settings,
+            lease.valid_until(),
+            Some((&state.key, state.create_revision)),
+        )
+        .await?;
+        match renewed {
+            Renewed::Alive { sent_at } => Ok(lease.renewed(sent_at, lease.handle().clone())),
             // The keep-alive answered TTL <= 0: etcd expired or revoked the lease.
-            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked));
-        };
-        // The lease lives; make sure our key does too (someone may have deleted it).
-        if !election::still_ours(&self.client, &state.key, state.create_revision, &settings).await?
-        {
+            Renewed::Expired => Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked)),
             // Our key is gone, or was recreated with another create revision.
-            return Err(Error::lease_lost(lease.key().as_str(), LossReason::Deleted));
+            Renewed::KeyGone => Err(Error::lease_lost(lease.key().as_str(), LossReason::Deleted)),
         }
-        Ok(lease.renewed(sent_at, lease.handle().clone()))
     }
 
     async fn release(&self, lease: Lease) -> Result<()> {
