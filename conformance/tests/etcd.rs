@@ -42,6 +42,13 @@ fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
 
 impl EtcdFactory {
     async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+        // `TENURE_LOG=tenure_etcd=debug` (with `--nocapture`) logs the backend.
+        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         let cluster = Cluster::start(Topology::Etcd { nodes })
             .await
             .expect("etcd cluster");

@@ -155,7 +155,8 @@ const LAST_TRY: Duration = Duration::from_millis(10);
 /// One member at a time: the one that answered last ([`Members::pick`]).
 /// A try that fails or times out sets its member aside and the next one,
 /// on another member, gets the time left: the first try's keep-alive gets
-/// two thirds of it where another member can be had, so that a frozen
+/// two thirds of it where there is another member (even one set aside: a
+/// member that refused a connection a while ago may serve now), so that a frozen
 /// member costs a try and not the lease; a member that answered the
 /// keep-alive gets what is left for the read. No try waits past the request timeout; a call made
 /// with no time left (a caller renewing late) gets one try of that long.
@@ -175,7 +176,7 @@ pub(crate) async fn renew(
             true => settings.request_timeout,
             false => left.min(settings.request_timeout),
         };
-        let bound = match tries == 0 && members.another_free(member) {
+        let bound = match tries == 0 && members.len() > 1 {
             true => whole * 2 / 3,
             false => whole,
         };
@@ -184,12 +185,7 @@ pub(crate) async fn renew(
             request_timeout: bound,
         };
         let attempt = async {
-            let client = tokio::time::timeout(bound, members.client(member))
-                .await
-                .map_err(|_| Error::Timeout {
-                    operation: "connect",
-                    after: bound,
-                })??;
+            let client = members.client_within(member, bound).await?;
             match keep.keep_alive(&client, member, &this_try).await? {
                 Kept::Expired => Ok::<_, Error>(Renewed::Expired),
                 Kept::Alive { sent_at } => match own_key {

@@ -323,6 +323,8 @@ impl EtcdBackend {
         };
         // Set when the last look (after a keep-alive) has read our position already.
         let mut looked: Option<election::Position> = None;
+        // The member that answered the last look.
+        let mut look_member = None;
 
         loop {
             // A linearizable read, also after a wait: our key may have gone
@@ -331,7 +333,7 @@ impl EtcdBackend {
             let read = match looked.take() {
                 Some(position) => Ok(position),
                 None if mode == AcquireMode::Wait => {
-                    election::position(client, &prefix, create_revision, &look).await
+                    look_at(members, &mut look_member, &prefix, create_revision, &look).await
                 }
                 None => election::position(client, &prefix, create_revision, settings).await,
             };
@@ -421,7 +423,7 @@ impl EtcdBackend {
                     }
                     _ = tokio::time::sleep_until(next_look), if leads => {
                         next_look = Instant::now() + look_every;
-                        match election::position(client, &prefix, create_revision, &look).await {
+                        match look_at(members, &mut look_member, &prefix, create_revision, &look).await {
                             Ok(now) if now.predecessor.as_ref().map(|p| p.create_revision())
                                 == Some(pred.create_revision()) => {}
                             Ok(now) => {
@@ -470,6 +472,34 @@ impl EtcdBackend {
             .with_loss_signal(signal),
         ))
     }
+}
+
+/// A waiter's look at its place in line, through one member: the one that
+/// answered the last look, unless it is set aside. A member whose look
+/// failed (frozen, or without a leader) is set aside, and the next look
+/// goes to another.
+async fn look_at(
+    members: &Members,
+    last: &mut Option<usize>,
+    prefix: &str,
+    create_revision: i64,
+    look: &Settings,
+) -> Result<election::Position> {
+    let member = members.pick(*last);
+    let read = async {
+        let client = members.client_within(member, look.request_timeout).await?;
+        election::position(&client, prefix, create_revision, look).await
+    }
+    .await;
+    match &read {
+        Ok(_) => *last = Some(member),
+        Err(e) if e.is_retryable() => {
+            members.avoid(member);
+            *last = None;
+        }
+        Err(_) => {}
+    }
+    read
 }
 
 /// How long a waiter pauses after a failed read or watch before it tries

@@ -8,6 +8,7 @@
 //! out sets that member aside for [`AVOID_FOR`], and the next try, with the
 //! time left, goes to another.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub(crate) struct Members {
     connect: ConnectOptions,
     /// Until when each member is passed over.
     avoid_until: Mutex<Vec<Option<Instant>>>,
+    /// Where a first pick starts: each lease's next member in turn, so that
+    /// they do not all start on the first.
+    next: AtomicUsize,
 }
 
 struct Member {
@@ -52,6 +56,7 @@ impl Members {
                 .collect(),
             connect,
             avoid_until: Mutex::new(vec![None; endpoints.len()]),
+            next: AtomicUsize::new(0),
         }
     }
 
@@ -65,6 +70,7 @@ impl Members {
             }],
             connect: ConnectOptions::new(),
             avoid_until: Mutex::new(vec![None]),
+            next: AtomicUsize::new(0),
         }
     }
 
@@ -77,14 +83,15 @@ impl Members {
     }
 
     /// The member to try next: `last` (the one that answered last), unless
-    /// it is set aside; else the next one that is not, in order after it;
+    /// it is set aside; else the next one that is not, in order after it
+    /// (with no `last`, from the member after the previous first pick's);
     /// else the one whose time aside ends first.
     pub(crate) fn pick(&self, last: Option<usize>) -> usize {
         let now = Instant::now();
         let avoided = self.avoided();
         let n = avoided.len();
         let free = |i: usize| avoided[i].is_none_or(|until| until <= now);
-        let start = last.unwrap_or(0) % n;
+        let start = last.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed)) % n;
         if last.is_some() && free(start) {
             return start;
         }
@@ -106,13 +113,15 @@ impl Members {
         }
     }
 
-    /// Whether another member than `member` is not set aside now.
-    pub(crate) fn another_free(&self, member: usize) -> bool {
-        let now = Instant::now();
-        self.avoided()
-            .iter()
-            .enumerate()
-            .any(|(i, until)| i != member && until.is_none_or(|until| until <= now))
+    /// `member`'s client within `bound` (a frozen member may not even
+    /// finish the handshake): a timeout is [`Error::Timeout`].
+    pub(crate) async fn client_within(&self, member: usize, bound: Duration) -> Result<Client> {
+        tokio::time::timeout(bound, self.client(member))
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "connect",
+                after: bound,
+            })?
     }
 
     /// `member`'s client, connected on tenure's heartbeat runtime the first
@@ -154,21 +163,20 @@ mod tests {
     async fn a_member_that_failed_is_passed_over_until_its_time_aside_ends() {
         let m = members(3);
         assert_eq!(m.pick(None), 0);
+        assert_eq!(m.pick(None), 1, "first picks take turns");
+        assert_eq!(m.pick(None), 2);
         assert_eq!(m.pick(Some(1)), 1, "the member that answered last stays");
         m.avoid(1);
         assert_eq!(m.pick(Some(1)), 2, "the next one after it");
-        assert!(m.another_free(1));
         tokio::time::advance(Duration::from_millis(1)).await;
         m.avoid(2);
         assert_eq!(m.pick(Some(2)), 0);
         tokio::time::advance(Duration::from_millis(1)).await;
         m.avoid(0);
-        assert!(!m.another_free(0));
         // Every member aside: the one whose time aside ends first.
         assert_eq!(m.pick(Some(0)), 1);
         tokio::time::advance(AVOID_FOR).await;
         assert_eq!(m.pick(Some(2)), 2, "back once its time aside is over");
-        assert_eq!(m.pick(None), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -176,6 +184,5 @@ mod tests {
         let m = members(1);
         m.avoid(0);
         assert_eq!(m.pick(Some(0)), 0);
-        assert!(!m.another_free(0));
     }
 }
