@@ -304,8 +304,8 @@ pub async fn a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_t
     );
 }
 
-pub async fn a_client_that_stays_on_a_frozen_node_fails_holders_server_node_paused_longer_than_ttl(
-) {
+pub async fn a_client_that_stays_on_a_frozen_node_fails_holders_server_node_paused_longer_than_ttl()
+{
     let f = MutantFactory::planted(Bug::StaysOnAFrozenNode);
     failed_on(
         &suite::holders_server_node_paused_longer_than_ttl(f).await,

@@ -58,11 +58,7 @@ impl KeepAlive {
         member: usize,
         settings: &Settings,
     ) -> Result<Kept> {
-        if self
-            .stream
-            .as_ref()
-            .is_some_and(|(on, _, _)| *on != member)
-        {
+        if self.stream.as_ref().is_some_and(|(on, _, _)| *on != member) {
             self.reset();
         }
         if self.in_flight {
@@ -148,17 +144,22 @@ pub(crate) enum Renewed {
 /// Below this, what is left before the deadline is not worth a try.
 const LAST_TRY: Duration = Duration::from_millis(10);
 
+/// A try shorter than this would not leave a loaded member time to answer:
+/// below it, the try gets all that is left.
+const MIN_TRY: Duration = Duration::from_millis(50);
+
 /// Keeps the lease alive by `deadline` (its holder's local deadline: an
 /// answer after it is worthless), and then, where `own_key` names one,
 /// reads that the key (created at the revision given) is still ours.
 ///
 /// One member at a time: the one that answered last ([`Members::pick`]).
-/// A try that fails or times out sets its member aside and the next one,
-/// on another member, gets the time left: the first try's keep-alive gets
-/// two thirds of it where there is another member (even one set aside: a
-/// member that refused a connection a while ago may serve now), so that a frozen
-/// member costs a try and not the lease; a member that answered the
-/// keep-alive gets what is left for the read. No try waits past the request timeout; a call made
+/// A try that fails or times out sets its member aside, and the next one
+/// goes to another. Each try's keep-alive gets two thirds of the time left
+/// where there is another member (even one set aside: a member that
+/// refused a connection a while ago may serve now): a frozen member, or a
+/// follower whose forward hangs on a leader that is gone, costs a try and
+/// not the lease, and later tries, shorter, reach the servers' new leader
+/// once they have one. The read after the keep-alive gets as long again. No try waits past the request timeout; a call made
 /// with no time left (a caller renewing late) gets one try of that long.
 pub(crate) async fn renew(
     keep: &mut KeepAlive,
@@ -176,7 +177,9 @@ pub(crate) async fn renew(
             true => settings.request_timeout,
             false => left.min(settings.request_timeout),
         };
-        let bound = match tries == 0 && members.len() > 1 {
+        // Two thirds of what is left, each try, while that is worth a try
+        // and there is another member to go to; else all of it.
+        let bound = match members.len() > 1 && whole * 2 / 3 >= MIN_TRY {
             true => whole * 2 / 3,
             false => whole,
         };
@@ -189,16 +192,19 @@ pub(crate) async fn renew(
             match keep.keep_alive(&client, member, &this_try).await? {
                 Kept::Expired => Ok::<_, Error>(Renewed::Expired),
                 Kept::Alive { sent_at } => match own_key {
-                    // The member answered: it is not frozen. Its read gets
-                    // what is left (a slow link takes two round trips).
+                    // The read gets as long as the keep-alive had (a slow
+                    // link takes two round trips), within the deadline: a
+                    // member that answered the keep-alive may still hang on
+                    // a linearizable read (a leader cut off from its peers
+                    // renews leases on its own until it steps down).
                     Some((key, revision)) => {
                         let read = Settings {
                             key_prefix: settings.key_prefix.clone(),
                             request_timeout: match late {
-                                true => settings.request_timeout,
+                                true => bound,
                                 false => deadline
                                     .saturating_duration_since(Instant::now())
-                                    .min(settings.request_timeout),
+                                    .min(bound),
                             },
                         };
                         match crate::election::still_ours(&client, key, revision, &read).await? {
