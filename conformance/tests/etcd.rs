@@ -235,6 +235,20 @@ fn options(user: &Option<(String, String)>) -> EtcdOptions {
 /// Needs 3 nodes.
 const CUT_OFF: &str = "standby_sees_failover_when_its_node_is_cut_off";
 
+/// The image's etcd (Debian's 3.4.23) predates the fix for etcd#15247
+/// (3.4.31, 3.5.13): a frozen leader that resumes revokes the leases it saw
+/// no keep-alive for, though their holders renewed them through the leader
+/// elected meanwhile. The holder hears of it from its own key's watch, but
+/// the next candidate, watching the same key, may be granted first; fencing
+/// tokens still refuse the old holder's writes. (Seen here: a renewed at
+/// 24.32, 24.68 and 25.02 s; the old leader resumed at 25.13 s, a's key was
+/// deleted 13 ms later.)
+const STALLED_LEADER: (&str, &str) = (
+    "servers_leader_paused_longer_than_ttl",
+    "etcd 3.4.23 predates the fix for etcd#15247: a frozen leader that resumes revokes leases \
+     their holders renewed through the leader elected meanwhile",
+);
+
 /// etcd stores any key: no key breaks a key rule.
 const ANY_KEY: &str = "key_breaking_backend_rule_is_invalid_argument";
 
@@ -247,7 +261,9 @@ fn main() -> std::process::ExitCode {
             "servers_leader_paused_longer_than_ttl",
             CUT_OFF,
         ]),
-        Target::new("three", || EtcdFactory::start(3, "etcd-3node")).expect_skips(&[ANY_KEY]),
+        Target::new("three", || EtcdFactory::start(3, "etcd-3node"))
+            .expect_skips(&[ANY_KEY])
+            .expect_broken(&[STALLED_LEADER]),
         Target::new("auth", || {
             EtcdFactory::start_with_auth(1, "etcd-1node-auth")
         })

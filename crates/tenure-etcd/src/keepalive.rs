@@ -159,7 +159,8 @@ const MIN_TRY: Duration = Duration::from_millis(50);
 /// refused a connection a while ago may serve now): a frozen member, or a
 /// follower whose forward hangs on a leader that is gone, costs a try and
 /// not the lease, and later tries, shorter, reach the servers' new leader
-/// once they have one. The read after the keep-alive gets as long again. No try waits past the request timeout; a call made
+/// once they have one. The read after the keep-alive gets as long again,
+/// within the deadline. With one member, a try gets the request timeout. No try waits past the request timeout; a call made
 /// with no time left (a caller renewing late) gets one try of that long.
 pub(crate) async fn renew(
     keep: &mut KeepAlive,
@@ -169,17 +170,21 @@ pub(crate) async fn renew(
     own_key: Option<(&str, i64)>,
 ) -> Result<Renewed> {
     let late = deadline <= Instant::now();
+    let several = members.len() > 1;
     let mut tries = 0;
     loop {
         let member = members.pick(keep.last);
         let left = deadline.saturating_duration_since(Instant::now());
-        let whole = match late {
+        // With one member there is nowhere else to go: a try may take the
+        // request timeout, as an answer after the deadline still renews
+        // (from its send) for a caller of the backend itself.
+        let whole = match late || !several {
             true => settings.request_timeout,
             false => left.min(settings.request_timeout),
         };
         // Two thirds of what is left, each try, while that is worth a try
         // and there is another member to go to; else all of it.
-        let bound = match members.len() > 1 && whole * 2 / 3 >= MIN_TRY {
+        let bound = match several && whole * 2 / 3 >= MIN_TRY {
             true => whole * 2 / 3,
             false => whole,
         };
@@ -200,7 +205,7 @@ pub(crate) async fn renew(
                     Some((key, revision)) => {
                         let read = Settings {
                             key_prefix: settings.key_prefix.clone(),
-                            request_timeout: match late {
+                            request_timeout: match late || !several {
                                 true => bound,
                                 false => deadline
                                     .saturating_duration_since(Instant::now())
