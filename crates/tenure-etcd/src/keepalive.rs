@@ -148,9 +148,9 @@ const LAST_TRY: Duration = Duration::from_millis(10);
 /// below it, the try gets all that is left.
 const MIN_TRY: Duration = Duration::from_millis(50);
 
-/// Keeps the lease alive by `deadline` (its holder's local deadline: an
-/// answer after it is worthless), and then, where `own_key` names one,
-/// reads that the key (created at the revision given) is still ours.
+/// Keeps the lease alive before `deadline` (its holder's local deadline,
+/// past which the Elector no longer waits), and then, where `own_key` names
+/// one, reads that the key (created at the revision given) is still ours.
 ///
 /// One member at a time: the one that answered last ([`Members::pick`]).
 /// A try that fails or times out sets its member aside, and the next one
@@ -160,8 +160,12 @@ const MIN_TRY: Duration = Duration::from_millis(50);
 /// follower whose forward hangs on a leader that is gone, costs a try and
 /// not the lease, and later tries, shorter, reach the servers' new leader
 /// once they have one. The read after the keep-alive gets as long again,
-/// within the deadline. With one member, a try gets the request timeout. No try waits past the request timeout; a call made
-/// with no time left (a caller renewing late) gets one try of that long.
+/// within the deadline.
+///
+/// No try waits past the request timeout. With one member each try, and
+/// for a call made with no time left (a caller of the backend renewing
+/// late) its only try, gets all of it: an answer after the deadline still
+/// renews, counted from its send.
 pub(crate) async fn renew(
     keep: &mut KeepAlive,
     members: &Members,
