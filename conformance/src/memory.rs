@@ -102,10 +102,11 @@ impl MemoryFactory {
     /// The same server played by `nodes` nodes (1 or more); with one node,
     /// pausing it cuts every client off, and it elects itself at once.
     pub fn with_nodes(mut self, nodes: usize) -> Self {
+        let stay_on_frozen = self.cluster.state().stay_on_frozen;
         self.cluster = Arc::new(Cluster::new(
             nodes.max(1),
             self.cluster.recovery.clone(),
-            self.cluster.stay_on_frozen,
+            stay_on_frozen,
         ));
         self
     }
@@ -129,10 +130,11 @@ impl MemoryFactory {
         mut self,
         recovery: impl Fn(&MemoryBackend) + Send + Sync + 'static,
     ) -> Self {
+        let stay_on_frozen = self.cluster.state().stay_on_frozen;
         self.cluster = Arc::new(Cluster::new(
             self.cluster.nodes,
             Arc::new(recovery),
-            self.cluster.stay_on_frozen,
+            stay_on_frozen,
         ));
         self
     }
@@ -400,12 +402,11 @@ const RESTART: Duration = Duration::from_millis(100);
 struct Cluster {
     nodes: usize,
     recovery: Recovery,
-    /// Whether a frozen node's clients stay on it (their calls hang).
-    stay_on_frozen: bool,
     state: Mutex<ClusterState>,
 }
 
 struct ClusterState {
+    /// Whether a frozen node's clients stay on it (their calls hang).
     stay_on_frozen: bool,
     clients: Vec<(MemoryBackend, usize)>,
     attached: usize,
@@ -459,7 +460,6 @@ impl Cluster {
         Cluster {
             nodes,
             recovery,
-            stay_on_frozen,
             state: Mutex::new(ClusterState {
                 stay_on_frozen,
                 clients: Vec::new(),
