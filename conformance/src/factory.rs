@@ -258,6 +258,16 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// Logins the servers served (etcd's `Authenticate`), already counted
+    /// in [`server_writes`](Self::server_writes) (one write each, where a
+    /// login is a write) and in [`server_requests`](Self::server_requests);
+    /// `None` where clients do not log in. A candidate whose credentials
+    /// lapsed while it waited logs in again when its turn comes: the herd
+    /// case excuses one such login per leadership change, not more.
+    async fn server_logins(&self) -> Option<Result<u64>> {
+        None
+    }
+
     /// How many candidates wait in line for `key` on the server.
     async fn waiting(&self, _key: &ElectionKey) -> Option<Result<usize>> {
         None
@@ -341,6 +351,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     async fn server_requests(&self) -> Option<Result<u64>> {
         (**self).server_requests().await
+    }
+    async fn server_logins(&self) -> Option<Result<u64>> {
+        (**self).server_logins().await
     }
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         (**self).waiting(key).await

@@ -42,13 +42,6 @@ fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
 
 impl EtcdFactory {
     async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
-        // `TENURE_LOG=tenure_etcd=debug` (with `--nocapture`) logs the backend.
-        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .try_init();
-        }
         let cluster = Cluster::start(Topology::Etcd { nodes })
             .await
             .expect("etcd cluster");
@@ -161,6 +154,17 @@ impl BackendFactory for EtcdFactory {
         )
     }
 
+    async fn server_logins(&self) -> Option<Result<u64>> {
+        self.cluster.etcd_auth()?;
+        Some(
+            self.cluster
+                .stats_total()
+                .await
+                .map(|s| s.etcd_logins())
+                .map_err(harness),
+        )
+    }
+
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         // Every candidate key but the leader's.
         Some(self.count_keys(key).await.map(|n| n.saturating_sub(1)))
@@ -253,6 +257,13 @@ const STALLED_LEADER: (&str, &str) = (
 const ANY_KEY: &str = "key_breaking_backend_rule_is_invalid_argument";
 
 fn main() -> std::process::ExitCode {
+    // `TENURE_LOG=tenure_etcd=debug` (with `--nocapture`) logs the backend.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     tenure_conformance::run_targets(vec![
         Target::new("single", || EtcdFactory::start(1, "etcd-1node")).expect_skips(&[
             ANY_KEY,

@@ -56,6 +56,19 @@ impl ServerStats {
             .sum()
     }
 
+    /// etcd: the `Authenticate` requests clients sent (each, when it
+    /// succeeds, is also a raft proposal: a write). Sum it over the cluster.
+    pub fn etcd_logins(&self) -> u64 {
+        self.counters
+            .iter()
+            .filter(|(series, _)| {
+                series.starts_with("grpc_server_msg_received_total{")
+                    && series.contains("grpc_method=\"Authenticate\"")
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Adds `other`'s counters into these (for totals over a cluster).
     pub fn add(&mut self, other: &ServerStats) {
         for (k, v) in &other.counters {
@@ -154,6 +167,15 @@ mod tests {
             .counters
             .contains_key("etcd_disk_backend_commit_duration_seconds_sum"));
         assert!(!s.counters.contains_key("go_goroutines"));
+    }
+
+    #[test]
+    fn etcd_logins_count_authenticate_requests_only() {
+        let text = "grpc_server_msg_received_total{grpc_method=\"Authenticate\",grpc_service=\"etcdserverpb.Auth\",grpc_type=\"unary\"} 3\n\
+                    grpc_server_msg_sent_total{grpc_method=\"Authenticate\",grpc_service=\"etcdserverpb.Auth\",grpc_type=\"unary\"} 3\n\
+                    grpc_server_msg_received_total{grpc_method=\"UserAdd\",grpc_service=\"etcdserverpb.Auth\",grpc_type=\"unary\"} 1\n\
+                    grpc_server_msg_received_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 4\n";
+        assert_eq!(ServerStats::from_prometheus(text).etcd_logins(), 3);
     }
 
     #[test]
