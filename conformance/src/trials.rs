@@ -262,6 +262,7 @@ pub fn run_targets_with(targets: Vec<Target>, tests: Vec<Trial>) -> ExitCode {
     // The deployments go now (their containers are removed on drop), in
     // the runtime's context for what their clients leave to it.
     let _context = runtime.enter();
+    crate::suite::runner::forget_factories();
     drop(targets);
     conclusion.exit_code()
 }

@@ -237,6 +237,7 @@ impl Cluster {
         let client_port = format!("{}/tcp", self.kind.client_port());
         let name = format!("tenure-{}-{}", self.run, alias(index));
         let mut last_error = None;
+        let data = docker::data_dir(&self.run, &alias(index));
         for _ in 0..5 {
             let host_port = ports::pick()?;
             let mut spec = self
@@ -254,8 +255,12 @@ impl Cluster {
                 cmd: Some(spec.cmd),
                 labels: Some(labels(&self.run)),
                 exposed_ports: Some(vec![client_port.clone()]),
-                volumes: Some(vec!["/data".to_string()]),
+                // In memory where it can be (docker::data_dir), else an anonymous volume.
+                volumes: data.is_none().then(|| vec!["/data".to_string()]),
                 host_config: Some(HostConfig {
+                    binds: data
+                        .as_ref()
+                        .map(|dir| vec![format!("{}:/data", dir.display())]),
                     network_mode: Some(self.client_network.clone()),
                     port_bindings: Some(HashMap::from([(
                         client_port.clone(),

@@ -133,6 +133,51 @@ pub async fn leftovers(run: Option<&str>) -> Result<Leftovers> {
     })
 }
 
+/// Where nodes keep their data: `/dev/shm/tenure-conformance/<run>/<node>`,
+/// bind-mounted at `/data`. In memory, so a commit's fsync costs what the
+/// servers' protocol costs and not what this machine's disk does (the suite
+/// times hand-overs in milliseconds; a slow virtual disk made etcd's commits
+/// the larger part of them), and kept across a node's kill and start, as a
+/// disk is (a killed process loses nothing it wrote). `None` where there is
+/// no /dev/shm: nodes then use an anonymous volume on docker's disk.
+pub(crate) fn data_root() -> Option<std::path::PathBuf> {
+    let shm = std::path::Path::new("/dev/shm");
+    shm.is_dir().then(|| shm.join("tenure-conformance"))
+}
+
+/// Creates run `run`'s data directory for `node`, recording this process as
+/// its owner (for [`sweep`]); `None` where [`data_root`] has none or it
+/// cannot be made.
+pub(crate) fn data_dir(run: &str, node: &str) -> Option<std::path::PathBuf> {
+    let run_dir = data_root()?.join(run);
+    let dir = run_dir.join(node);
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::write(run_dir.join("owner"), owner_of_this_process()).ok()?;
+    Some(dir)
+}
+
+/// Removes run `run`'s data directories.
+fn remove_data(run: &str) {
+    if let Some(root) = data_root() {
+        let _ = std::fs::remove_dir_all(root.join(run));
+    }
+}
+
+/// Removes the data directories of runs whose process no longer runs.
+fn sweep_data() -> usize {
+    let Some(entries) = data_root().and_then(|root| std::fs::read_dir(root).ok()) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let owner = std::fs::read_to_string(entry.path().join("owner")).ok();
+        if !owner_alive(owner.as_ref()) && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Removes every container and network the harness created for a process
 /// that no longer runs (a test binary that was killed, or crashed in a way
 /// that skipped `Drop`). Runs of live processes, such as test binaries running
@@ -179,7 +224,7 @@ pub async fn sweep() -> Result<usize> {
     if removed > 0 {
         tracing::info!(removed, "swept resources of dead harness runs");
     }
-    Ok(removed)
+    Ok(removed + sweep_data())
 }
 
 /// Force-removes a container (running or paused) and its anonymous volumes.
@@ -259,6 +304,7 @@ pub(crate) fn remove_run_blocking(run: &str, dump_logs: bool) {
         }
         Err(_) => remove_run_with_cli(run),
     }
+    remove_data(run);
 }
 
 async fn remove_run(run: &str, dump_logs: bool) -> Result<()> {
@@ -322,6 +368,23 @@ fn remove_run_with_cli(run: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_of_a_dead_run_is_swept_and_a_live_runs_is_kept() {
+        let Some(root) = data_root() else { return };
+        let live = format!("test-live-{}", std::process::id());
+        let dead = format!("test-dead-{}", std::process::id());
+        assert!(data_dir(&live, "n1").is_some());
+        assert!(data_dir(&dead, "n1").is_some());
+        // A pid that never runs: above the kernel's pid_max.
+        let host = hostname();
+        std::fs::write(root.join(&dead).join("owner"), format!("{host}/4194305/1")).unwrap();
+        sweep_data();
+        assert!(root.join(&live).join("n1").is_dir());
+        assert!(!root.join(&dead).exists());
+        remove_data(&live);
+        assert!(!root.join(&live).exists());
+    }
 
     #[test]
     fn this_process_is_alive_and_a_dead_pid_is_not() {

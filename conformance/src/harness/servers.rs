@@ -40,8 +40,9 @@ impl Kind {
     }
 
     /// The container command for node `index` of `nodes`, published on
-    /// 127.0.0.1:`host_port`. Data lives in the anonymous volume `/data`, so
-    /// it survives kill and start (Redis keeps nothing: no RDB, no AOF).
+    /// 127.0.0.1:`host_port`. Data lives in `/data` (in memory, see
+    /// `docker::data_dir`, or an anonymous volume), so it survives kill and
+    /// start (Redis keeps nothing: no RDB, no AOF).
     pub fn spec(self, index: usize, nodes: usize, host_port: u16, run: &str) -> NodeSpec {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         match self {

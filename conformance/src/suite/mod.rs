@@ -21,7 +21,7 @@ mod process;
 mod release;
 mod renew;
 mod restart;
-mod runner;
+pub(crate) mod runner;
 mod safety;
 mod servers;
 mod shutdown;

@@ -60,6 +60,15 @@ fn factories() -> &'static Mutex<HashMap<String, Arc<dyn BackendFactory>>> {
     FACTORIES.get_or_init(Mutex::default)
 }
 
+/// Lets go of every factory [`run_case`] has seen, so that dropping a
+/// binary's targets drops their deployments (and removes their containers).
+pub(crate) fn forget_factories() {
+    factories()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+}
+
 /// [`BackendFactory::quiesce`] on `these`; a failure is logged, not fatal
 /// (the case then runs on a busier machine).
 async fn quiesce(these: Vec<Arc<dyn BackendFactory>>) {
