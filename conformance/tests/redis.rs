@@ -524,7 +524,7 @@ const RESTART: (&str, &str) = (
 );
 
 fn main() -> std::process::ExitCode {
-    tenure_conformance::run_targets(vec![
+    let code = tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "redis-1master"))
             .expect_skips(&[
                 ANY_KEY,
@@ -547,5 +547,11 @@ fn main() -> std::process::ExitCode {
             ])
             .expect_broken(&[RESTART])
             .with_trial("failure_matrix", failure_matrix),
-    ])
+    ]);
+    // The deployments go now (their containers are removed on drop), in a
+    // runtime's context for what their clients leave to it.
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime for the clean-up");
+    let _context = runtime.enter();
+    drop(std::mem::take(&mut *deployments().lock().unwrap()));
+    code
 }
