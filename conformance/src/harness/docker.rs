@@ -139,10 +139,14 @@ pub async fn leftovers(run: Option<&str>) -> Result<Leftovers> {
 /// times hand-overs in milliseconds; a slow virtual disk made etcd's commits
 /// the larger part of them), and kept across a node's kill and start, as a
 /// disk is (a killed process loses nothing it wrote). `None` where there is
-/// no /dev/shm: nodes then use an anonymous volume on docker's disk.
+/// no /dev/shm, or where this process is not root (the servers, root in
+/// their containers, write files there that it could not remove): nodes
+/// then use an anonymous volume on docker's disk, which docker removes.
 pub(crate) fn data_root() -> Option<std::path::PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
     let shm = std::path::Path::new("/dev/shm");
-    shm.is_dir().then(|| shm.join("tenure-conformance"))
+    (root && shm.is_dir()).then(|| shm.join("tenure-conformance"))
 }
 
 /// Creates run `run`'s data directory for `node`, recording this process as
@@ -150,9 +154,14 @@ pub(crate) fn data_root() -> Option<std::path::PathBuf> {
 /// cannot be made.
 pub(crate) fn data_dir(run: &str, node: &str) -> Option<std::path::PathBuf> {
     let run_dir = data_root()?.join(run);
-    let dir = run_dir.join(node);
-    std::fs::create_dir_all(&dir).ok()?;
+    // The owner first: a sweep meanwhile may remove a run without one (then
+    // the write or the node's directory fails, and the node uses a volume).
+    std::fs::create_dir_all(&run_dir).ok()?;
     std::fs::write(run_dir.join("owner"), owner_of_this_process()).ok()?;
+    let dir = run_dir.join(node);
+    std::fs::create_dir(&dir)
+        .or_else(|e| if dir.is_dir() { Ok(()) } else { Err(e) })
+        .ok()?;
     Some(dir)
 }
 
@@ -370,7 +379,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn data_of_a_dead_run_is_swept_and_a_live_runs_is_kept() {
+    fn data_of_a_dead_run_is_swept_and_a_live_ones_kept() {
         let Some(root) = data_root() else { return };
         let live = format!("test-live-{}", std::process::id());
         let dead = format!("test-dead-{}", std::process::id());
