@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use std::time::Duration;
 
-use tenure_conformance::harness::{Cluster, EtcdAuth, EtcdTokens, Topology};
+use tenure_conformance::harness::{Cluster, EtcdAuth, EtcdTokens, ServerStats, Topology};
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
     ServerFaults, Target,
@@ -41,6 +41,15 @@ fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
 }
 
 impl EtcdFactory {
+    /// `count` over the counters summed across the cluster's nodes.
+    async fn total(&self, count: fn(&ServerStats) -> u64) -> Result<u64> {
+        self.cluster
+            .stats_total()
+            .await
+            .map(|s| count(&s))
+            .map_err(harness)
+    }
+
     async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
         let cluster = Cluster::start(Topology::Etcd { nodes })
             .await
@@ -145,24 +154,12 @@ impl BackendFactory for EtcdFactory {
 
     async fn server_requests(&self) -> Option<Result<u64>> {
         // Every node's gRPC counters: each counts what its own clients sent.
-        Some(
-            self.cluster
-                .stats_total()
-                .await
-                .map(|s| s.etcd_requests())
-                .map_err(harness),
-        )
+        Some(self.total(ServerStats::etcd_requests).await)
     }
 
     async fn server_logins(&self) -> Option<Result<u64>> {
         self.cluster.etcd_auth()?;
-        Some(
-            self.cluster
-                .stats_total()
-                .await
-                .map(|s| s.etcd_logins())
-                .map_err(harness),
-        )
+        Some(self.total(ServerStats::etcd_logins).await)
     }
 
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
