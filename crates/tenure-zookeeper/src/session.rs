@@ -58,15 +58,15 @@ impl Sessions {
 
     async fn connect(&self) -> Result<Client> {
         let requested = self.options.session_timeout;
-        // With a connection timeout of a third of the session timeout, the
-        // client pings after an eighth of it without sending anything,
-        // checked every 24th: the servers hear from the session at least
-        // every sixth of its timeout, which `ZooKeeperOptions::expiry_lead`
-        // counts on (measured by the test
+        // With a connection timeout of a third of the session timeout (see
+        // `connection_timeout`), the client pings after an eighth of it
+        // without sending anything, checked every 24th: the servers hear
+        // from the session at least every sixth of its timeout, which
+        // `ZooKeeperOptions::expiry_lead` counts on (measured by the test
         // `an_idle_session_is_heard_from_at_least_every_sixth_of_its_timeout`).
         let mut connector = Client::connector()
             .with_session_timeout(requested)
-            .with_connection_timeout(requested / 3);
+            .with_connection_timeout(connection_timeout(requested));
         if let Some((scheme, auth)) = &self.options.auth {
             connector = connector.with_auth(scheme, auth);
         }
@@ -122,6 +122,29 @@ impl Sessions {
     pub(crate) fn session_timeout(&self) -> Duration {
         self.options.session_timeout
     }
+}
+
+/// The client's connection timeout for a session timeout: a third of it.
+///
+/// It is how long the client waits for any answer before it gives a server
+/// up, and for a new connection's handshake, so it is both how slow a server
+/// may answer and how long a frozen one goes unnoticed. A renewal keeps a
+/// lease valid for the session timeout less the expiry lead (a sixth of it
+/// plus a tick) and the drift margin: 0.62 of it at 1 s with a 200 ms tick,
+/// 0.61 at the defaults (10 s, 2 s). The Elector renews every third of the
+/// session timeout less the lead, and between renewals the client pings
+/// after 3/8 of this timeout of silence: when a server freezes just before
+/// a renewal, the client's last answer came about 0.17 of the session
+/// timeout after the renewal before, it notices 0.375 after that, and
+/// renews through another server by 0.57, inside the 0.61. What does not
+/// fit is zookeeper-client going back to the frozen server (it shuffles
+/// the servers at every reconnection: with three, a third of the time),
+/// which costs another timeout; the lease then ends at `valid_until`, safely.
+/// A timeout short enough for that too (an eighth) gives up servers that
+/// answer in more than an eighth of the session timeout, and the suite's
+/// slow links answer in a quarter.
+pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
+    session_timeout / 3
 }
 
 /// One ZooKeeper session.

@@ -60,7 +60,9 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Settings {
     pub ttl: Duration,
-    pub renew_interval: Duration,
+    /// Set by the user; `None` renews three times in what the backend lets a
+    /// lease live (see `renewal::interval`).
+    pub renew_interval: Option<Duration>,
     pub renew_jitter: f64,
     pub retry_min: Duration,
     pub retry_max: Duration,
@@ -100,7 +102,15 @@ impl ElectorBuilder {
         self.ttl = ttl;
         self
     }
-    /// How often to renew; default TTL/3. Must leave room before the deadline.
+    /// How often to renew, counted from the send of the last successful
+    /// renewal. Must leave room before the deadline.
+    ///
+    /// Default: TTL/3 less a third of the backend's expiry lead (zero on most
+    /// backends; on ZooKeeper a sixth of the session timeout plus a tick, so
+    /// about a fifth of the TTL there). Three renewals in what the backend
+    /// lets a lease live leave room to ride out a server that stops
+    /// answering: the client must notice and move to another before the
+    /// lease's `valid_until`.
     pub fn renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = Some(interval);
         self
@@ -184,8 +194,8 @@ impl ElectorBuilder {
                  overlap with the next one, and nothing can refuse its writes"
             );
         }
-        let renew_interval = self.renew_interval.unwrap_or(ttl / 3);
-        if renew_interval.is_zero() || renew_interval >= ttl - margin {
+        let renew_interval = self.renew_interval;
+        if let Some(renew_interval) = renew_interval.filter(|i| i.is_zero() || *i >= ttl - margin) {
             return Err(Error::invalid(
                 "renew_interval",
                 format!(

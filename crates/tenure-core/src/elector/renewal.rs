@@ -27,7 +27,7 @@ pub(crate) async fn renew_until_lost(
     let key = lease.key().as_str().to_owned();
     let identity = lease.holder().as_str().to_owned();
     let token = lease.token().map(|t| t.get());
-    let mut retry = Backoff::new(Duration::from_millis(10), settings.renew_interval / 4);
+    let mut retry = Backoff::new(Duration::from_millis(10), interval(&lease, &settings) / 4);
     let mut next = next_renewal(&lease, &settings);
     loop {
         let deadline = lease.valid_until();
@@ -122,11 +122,24 @@ pub(crate) async fn renew_until_lost(
     }
 }
 
+/// The renewal interval: the user's, or a third of what the backend lets a
+/// lease live, TTL/3 less a third of the backend's expiry lead. A server
+/// that stops answering just before a renewal then leaves about two thirds
+/// of the lease's life for the client to notice and renew through another
+/// (ZooKeeper, whose lead is about 0.4 TTL, needs that: tenure-zookeeper's
+/// connection timeout is sized for it).
+fn interval(lease: &Lease, settings: &Settings) -> Duration {
+    settings
+        .renew_interval
+        .unwrap_or_else(|| settings.ttl.saturating_sub(lease.expiry_lead()) / 3)
+        .max(Duration::from_millis(1))
+}
+
 fn next_renewal(lease: &Lease, settings: &Settings) -> Instant {
     // Jitter never pushes a renewal past halfway between the interval and the
     // deadline; and where a backend's expiry lead leaves a lease valid for no
     // longer than the interval, the renewal goes out halfway to the deadline.
-    let interval = settings.renew_interval;
+    let interval = interval(lease, settings);
     let window = lease.valid_until() - lease.sent_at();
     let latest = match window.checked_sub(interval) {
         Some(spare) if !spare.is_zero() => interval + spare / 2,
@@ -175,7 +188,7 @@ mod tests {
     fn settings(interval_ms: u64) -> Settings {
         Settings {
             ttl: Duration::from_secs(3),
-            renew_interval: Duration::from_millis(interval_ms),
+            renew_interval: Some(Duration::from_millis(interval_ms)),
             renew_jitter: 0.1,
             retry_min: Duration::from_millis(10),
             retry_max: Duration::from_millis(100),
@@ -214,5 +227,34 @@ mod tests {
                 assert!(lease.sent_at() + at < lease.valid_until());
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn by_default_three_renewals_fit_in_what_the_backend_allows() {
+        // TTL 3 s: the backend's expiry lead 0, 1.2 s, 2.4 s; jitter 10 %.
+        let default = || Settings {
+            renew_interval: None,
+            ..settings(1)
+        };
+        for (lead, expected) in [(0, 1000), (1200, 600), (2400, 200)] {
+            let lease = lease(lead);
+            assert_eq!(
+                interval(&lease, &default()),
+                Duration::from_millis(expected)
+            );
+            for _ in 0..50 {
+                let at = next_renewal(&lease, &default()) - lease.sent_at();
+                let (lo, hi) = (expected * 9 / 10, expected * 11 / 10);
+                assert!(
+                    at >= Duration::from_millis(lo) && at <= Duration::from_millis(hi),
+                    "lead {lead} ms: renewal {at:?} after the send"
+                );
+            }
+        }
+        // An interval the user set is kept, whatever the lead.
+        assert_eq!(
+            interval(&lease(2000), &settings(700)),
+            Duration::from_millis(700)
+        );
     }
 }
