@@ -63,6 +63,14 @@ pub trait Link: Send + Sync + 'static {
         None
     }
 
+    /// How many connections the client has opened to each server node
+    /// (numbered as [`ServerFaults`] numbers them) since the link started,
+    /// closed ones included, if the link can tell: whether a client tried a
+    /// frozen node again.
+    fn connections_opened(&self) -> Option<Vec<usize>> {
+        None
+    }
+
     /// Lets the client reach server node `node` only (numbered as
     /// [`ServerFaults`] numbers them): its connections to every other node
     /// are reset, and so are new ones, so what it opens now (a waiting
@@ -273,6 +281,16 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// Why the backend's client, having given up a server node that froze,
+    /// may connect to that same node again before it tries another, if it
+    /// may (zookeeper-client picks the next server at random). The case
+    /// that pauses the holder's node then excuses a step-down, but only
+    /// where the client's link shows it did open a connection to the frozen
+    /// node during the pause, and the step-down was safe and on time.
+    fn retries_frozen_nodes(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether the server holds any state for `key` (used to prove that
     /// rejected input wrote nothing).
     async fn key_exists(&self, _key: &ElectionKey) -> Option<Result<bool>> {
@@ -354,6 +372,10 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     async fn server_logins(&self) -> Option<Result<u64>> {
         (**self).server_logins().await
+    }
+
+    fn retries_frozen_nodes(&self) -> Option<&'static str> {
+        (**self).retries_frozen_nodes()
     }
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         (**self).waiting(key).await

@@ -112,6 +112,17 @@ impl Link for ProxyLink {
         )
     }
 
+    fn connections_opened(&self) -> Option<Vec<usize>> {
+        self.numbers_nodes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| {
+                self.proxies
+                    .iter()
+                    .map(|p| p.connections_opened())
+                    .collect()
+            })
+    }
+
     async fn confine_to(&self, node: Option<usize>) -> Result<()> {
         let numbered = self
             .numbers_nodes

@@ -76,6 +76,7 @@ pub struct FaultProxy {
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
     open: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
     forwarded: Arc<std::sync::Mutex<Option<Instant>>>,
     accept_loop: JoinHandle<()>,
 }
@@ -95,12 +96,14 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
         let open = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
         let forwarded = Arc::new(std::sync::Mutex::new(None));
         let accept_loop = tokio::spawn(accept_loop(
             listener,
             upstream,
             mode_rx,
             open.clone(),
+            opened.clone(),
             forwarded.clone(),
             tap,
         ));
@@ -109,6 +112,7 @@ impl FaultProxy {
             upstream,
             mode,
             open,
+            opened,
             forwarded,
             accept_loop,
         })
@@ -144,6 +148,12 @@ impl FaultProxy {
     pub fn open_connections(&self) -> usize {
         self.open.load(Ordering::SeqCst)
     }
+
+    /// Client connections accepted since the proxy started, closed ones
+    /// included.
+    pub fn connections_opened(&self) -> usize {
+        self.opened.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for FaultProxy {
@@ -159,6 +169,7 @@ async fn accept_loop(
     upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
     open: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
     forwarded: Forwarded,
     tap: Option<Arc<dyn Tap>>,
 ) {
@@ -167,6 +178,7 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
+                    opened.fetch_add(1, Ordering::SeqCst);
                     connections.spawn(serve(client, upstream, mode.clone(), open.clone(), forwarded.clone(), tap.clone()));
                 }
                 Err(e) => {

@@ -72,6 +72,7 @@ fn tests() -> Vec<Trial> {
         a_leader_trusting_unanswered_renewals_fails_servers_paused_longer_than_ttl,
         a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused,
         a_client_that_stays_on_a_frozen_node_fails_holders_server_node_paused_longer_than_ttl,
+        a_declared_retry_of_frozen_nodes_does_not_excuse_a_client_that_stays_on_one,
         a_leader_trusting_unanswered_renewals_overlaps_when_the_servers_leader_is_paused,
         leases_lost_with_the_servers_leader_fail_server_node_killed,
         tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing,

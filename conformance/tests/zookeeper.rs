@@ -166,6 +166,17 @@ impl BackendFactory for ZooKeeperFactory {
         timing
     }
 
+    /// zookeeper-client shuffles the servers at every reconnection, so with
+    /// three the frozen one comes first a third of the time, and costs a
+    /// connection timeout more (tenure-zookeeper's README, "A server that
+    /// stops answering").
+    fn retries_frozen_nodes(&self) -> Option<&'static str> {
+        Some(
+            "zookeeper-client picks the next server at random, the frozen one included, and \
+             waits a connection timeout on it before it tries another",
+        )
+    }
+
     async fn client(&self) -> Result<Client> {
         let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
         let tap = Arc::new(self.messages.clone());

@@ -591,6 +591,7 @@ pub struct MutantFactory {
     parts: Parts,
     name: String,
     gaps: Vec<Gap>,
+    retries_frozen_nodes: Option<&'static str>,
 }
 
 impl MutantFactory {
@@ -628,12 +629,20 @@ impl MutantFactory {
             },
             name: format!("mutant-{bug:?}"),
             gaps: Vec::new(),
+            retries_frozen_nodes: None,
         }
     }
 
     /// The same factory documenting `gaps`.
     pub fn with_gaps(mut self, gaps: Vec<Gap>) -> Self {
         self.gaps = gaps;
+        self
+    }
+
+    /// The same factory saying its client may go back to a frozen node
+    /// (as the ZooKeeper factory does), for `why`.
+    pub fn retrying_frozen_nodes(mut self, why: &'static str) -> Self {
+        self.retries_frozen_nodes = Some(why);
         self
     }
 
@@ -688,6 +697,9 @@ impl BackendFactory for MutantFactory {
     }
     fn timing(&self) -> Timing {
         self.parts.memory.timing()
+    }
+    fn retries_frozen_nodes(&self) -> Option<&'static str> {
+        self.retries_frozen_nodes
     }
     async fn server_writes(&self) -> Option<Result<u64>> {
         Some(Ok(match self.parts.bug {

@@ -313,6 +313,17 @@ pub async fn a_client_that_stays_on_a_frozen_node_fails_holders_server_node_paus
     );
 }
 
+/// A factory may say its client goes back to frozen nodes (ZooKeeper's
+/// does), but that excuses a step-down only where the link shows the client
+/// did: one that cannot count its connections, staying on the frozen node,
+/// still fails.
+pub async fn a_declared_retry_of_frozen_nodes_does_not_excuse_a_client_that_stays_on_one() {
+    let f = MutantFactory::new(Bug::StaysOnAFrozenNode)
+        .retrying_frozen_nodes("the mutant says it may go back to a frozen node");
+    let report = suite::holders_server_node_paused_longer_than_ttl(std::sync::Arc::new(f)).await;
+    failed_on(&report, Property::Contract);
+}
+
 pub async fn a_leader_trusting_unanswered_renewals_overlaps_when_its_node_is_paused() {
     let f = MutantFactory::planted(Bug::UnansweredRenewCounts);
     failed_on(
