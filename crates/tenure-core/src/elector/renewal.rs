@@ -126,7 +126,7 @@ pub(crate) async fn renew_until_lost(
 /// lease live, TTL/3 less a third of the backend's expiry lead. A server
 /// that stops answering just before a renewal then leaves about two thirds
 /// of the lease's life for the client to notice and renew through another
-/// (ZooKeeper, whose lead is about 0.4 TTL, needs that: tenure-zookeeper's
+/// (ZooKeeper, whose lead is about 0.37 TTL, needs that: tenure-zookeeper's
 /// connection timeout is sized for it).
 fn interval(lease: &Lease, settings: &Settings) -> Duration {
     settings
