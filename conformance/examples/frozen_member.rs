@@ -5,9 +5,14 @@
 //! Twenty holders at TTL 2 s and twenty at 10 s, each an Elector of its own
 //! with a client given all three endpoints, lead one election each. Every
 //! member in turn is frozen for `FAULT` (60 s), then cut off for as long;
-//! between faults the cluster settles. The program counts step-downs and
-//! the least validity any holder had left (sampled every 50 ms), and exits
-//! non-zero if any holder stepped down. A holder that stepped down
+//! after each fault the cluster settles for a TTL, and the step-downs from
+//! a fault's start to the next fault's are that fault's. The program counts
+//! them by reason, and the least validity any holder had left (sampled every
+//! 50 ms). It exits non-zero if any holder's term expired: a renewal could
+//! not get through while a majority served. A term the servers ended
+//! (Deleted, Revoked) is shown but not the client's to prevent: on etcd
+//! before 3.4.31 and 3.5.13 a frozen leader that resumes revokes leases kept
+//! alive through its successor (etcd#15247). A holder that stepped down
 //! campaigns again; the next fault waits until every holder leads.
 //!
 //! Run (Docker and the conformance image, as the suite needs):
@@ -104,7 +109,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|n| ("frozen", n))
         .chain((0..3).map(|n| ("cut off", n)))
         .collect();
-    let mut lines = Vec::new();
+    // Each fault's window runs from its start to the next fault's: a
+    // member's effects after it resumes (a stalled leader revoking leases,
+    // etcd#15247) are counted against the fault that caused them.
+    let mut windows = Vec::new();
     for (what, node) in faults {
         // Every holder leads before the fault, and the servers have a leader.
         let ready = Instant::now();
@@ -124,37 +132,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => cluster.heal(node).await?,
         }
         cluster.settle(Duration::from_secs(2)).await?;
-        let r = record.lock().unwrap();
-        let during: Vec<String> = r
+        // Whatever the member's return sets off shows within a TTL.
+        sleep(TTLS[TTLS.len() - 1]).await;
+        let role = if leader == Some(node) {
+            "the servers' leader"
+        } else {
+            "a follower"
+        };
+        windows.push((
+            began,
+            format!(
+                "member {node} ({role}) {what} for {:.0} s",
+                fault.as_secs_f64()
+            ),
+        ));
+    }
+    let mut expired_total = 0;
+    let r = record.lock().unwrap();
+    for (i, (began, label)) in windows.iter().enumerate() {
+        let until = windows.get(i + 1).map(|(next, _)| *next);
+        let during: Vec<&(Instant, Duration, String)> = r
             .step_downs
             .iter()
-            .filter(|(at, _, _)| *at >= began)
+            .filter(|(at, _, _)| at >= began && until.is_none_or(|u| *at < u))
+            .collect();
+        // Expired: no renewal got through in time, which tenure must
+        // prevent while a majority serves. Deleted or Revoked: the servers
+        // removed a lease its holder had kept alive (on etcd before 3.4.31
+        // and 3.5.13, a stalled leader that resumes does: etcd#15247).
+        let expired = during.iter().filter(|(_, _, why)| why == "Expired").count();
+        expired_total += expired;
+        let detail: Vec<String> = during
+            .iter()
             .map(|(at, ttl, why)| {
-                format!("TTL {ttl:?} {why} at {:.1} s", (*at - began).as_secs_f64())
+                format!("TTL {ttl:?} {why} at {:.1} s", (*at - *began).as_secs_f64())
             })
             .collect();
-        // Expired: no renewal got through in time. Deleted or Revoked: the
-        // servers removed a lease its holder had renewed (on etcd before
-        // 3.4.31 and 3.5.13, a stalled leader that resumes does: etcd#15247).
-        let expired = during.iter().filter(|d| d.contains("Expired")).count();
-        let line = format!(
-            "member {node} ({}) {what} for {:.0} s: {} step-downs, {expired} of them Expired{}",
-            if leader == Some(node) {
-                "the servers' leader"
-            } else {
-                "a follower"
-            },
-            fault.as_secs_f64(),
+        println!(
+            "{label}: {} step-downs, {expired} of them Expired{}",
             during.len(),
-            if during.is_empty() {
+            if detail.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", during.join(", "))
+                format!(" ({})", detail.join(", "))
             }
         );
-        println!("{line}");
-        lines.push(line);
     }
+    drop(r);
     for e in &electors {
         e.shutdown().await;
     }
@@ -175,11 +199,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             least.as_secs_f64() / ttl.as_secs_f64() * 100.0
         );
     }
-    let stepped_down = r.step_downs.len();
     drop(r);
     drop(cluster); // removes the containers
-    if stepped_down > 0 {
-        return Err(format!("{stepped_down} step-downs").into());
+    if expired_total > 0 {
+        return Err(format!("{expired_total} holders expired while a majority served").into());
     }
     Ok(())
 }

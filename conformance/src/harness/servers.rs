@@ -61,6 +61,11 @@ impl Kind {
                     // Fast failover for tests: a leader is suspected after 500 ms.
                     "--heartbeat-interval=50",
                     "--election-timeout=500",
+                    // As etcd 3.5 and later do by default (3.4's default is
+                    // off): a member that rejoins after being cut off from
+                    // its peers does not depose the servers' leader with
+                    // the terms it ran up alone.
+                    "--pre-vote=true",
                     "--logger=zap",
                     "--log-outputs=stderr",
                 ]);
