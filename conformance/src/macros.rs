@@ -42,6 +42,7 @@ macro_rules! __cases {
             holders_server_node_paused_longer_than_ttl,
             servers_leader_paused_longer_than_ttl,
             standby_sees_failover_when_its_node_is_cut_off,
+            observer_sees_failover_when_its_node_is_cut_off,
             cluster_restart_tokens_keep_increasing,
             paused_candidate_loses_and_its_write_is_refused,
             killed_candidate_taken_over_within_ttl_plus_1s,

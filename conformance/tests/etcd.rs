@@ -236,6 +236,9 @@ fn options(user: &Option<(String, String)>) -> EtcdOptions {
 /// Needs 3 nodes.
 const CUT_OFF: &str = "standby_sees_failover_when_its_node_is_cut_off";
 
+/// Needs 3 nodes.
+const OBSERVER_CUT_OFF: &str = "observer_sees_failover_when_its_node_is_cut_off";
+
 /// The image's etcd (Debian's 3.4.23) predates the fix for etcd#15247
 /// (3.4.31, 3.5.13): a frozen leader that resumes revokes the leases it saw
 /// no keep-alive for, though their holders renewed them through the leader
@@ -268,6 +271,7 @@ fn main() -> std::process::ExitCode {
             "holders_server_node_paused_longer_than_ttl",
             "servers_leader_paused_longer_than_ttl",
             CUT_OFF,
+            OBSERVER_CUT_OFF,
         ]),
         Target::new("three", || EtcdFactory::start(3, "etcd-3node"))
             .expect_skips(&[ANY_KEY])
@@ -281,6 +285,7 @@ fn main() -> std::process::ExitCode {
             "holders_server_node_paused_longer_than_ttl",
             "servers_leader_paused_longer_than_ttl",
             CUT_OFF,
+            OBSERVER_CUT_OFF,
         ]),
     ])
 }

@@ -306,6 +306,7 @@ fn main() -> std::process::ExitCode {
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
                 "cluster_restart_tokens_keep_increasing",
                 "standby_waits_through_history_compaction",
             ]),
@@ -319,11 +320,13 @@ fn main() -> std::process::ExitCode {
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
             ]),
             // The candidates reach the Lease server, not an etcd node.
             Target::new("three", || KubeFactory::test_server(3, "kube-3node")).expect_skips(&[
                 "holders_server_node_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
             ]),
         ],
     };

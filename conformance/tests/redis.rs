@@ -533,6 +533,7 @@ fn main() -> std::process::ExitCode {
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
                 "server_node_killed_leader_survives_or_fails_over",
             ])
             .expect_broken(&[RESTART])
@@ -544,6 +545,7 @@ fn main() -> std::process::ExitCode {
                 HISTORY,
                 "servers_leader_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
             ])
             .expect_broken(&[RESTART])
             .with_trial("failure_matrix", failure_matrix),

@@ -297,6 +297,7 @@ fn main() -> std::process::ExitCode {
             "holders_server_node_paused_longer_than_ttl",
             "servers_leader_paused_longer_than_ttl",
             "standby_sees_failover_when_its_node_is_cut_off",
+            "observer_sees_failover_when_its_node_is_cut_off",
             NO_HISTORY,
         ]),
         Target::new("three", || ZooKeeperFactory::start(3, "zookeeper-3node"))

@@ -4,6 +4,7 @@
 //! open and silent). The holder dies meanwhile; the standby must not wait
 //! for that node to come back.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,45 +39,11 @@ pub async fn standby_sees_failover_when_its_node_is_cut_off(
         quiet: Quiet::Backend,
     };
     run_case(factory, meta, |cx| async move {
-        let Some(servers) = cx.factory().servers() else {
-            return Err(Failure::Skip(
-                "the factory cannot fault server nodes".into(),
-            ));
-        };
-        if servers.nodes() < 3 {
-            return Err(Failure::Skip(format!(
-                "needs 3 or more server nodes; the deployment has {}",
-                servers.nodes()
-            )));
-        }
-        if let Err(tenure_core::Error::Unsupported { .. }) = servers.leader().await {
-            return Err(Failure::Skip(
-                "the servers are independent (no peers to be cut off from)".into(),
-            ));
-        }
-        let mut figures = Vec::new();
-        for fault in [Fault::CutOff, Fault::Frozen] {
-            for node in 0..servers.nodes() {
-                if fault == Fault::Frozen && servers.leader().await.ok().flatten() == Some(node) {
-                    figures.push(format!("{fault} node {node}: spared, it leads the servers"));
-                    continue;
-                }
-                let (took, bound) =
-                    round(&cx, servers, node, fault)
-                        .await
-                        .map_err(|failure| match failure {
-                            Failure::Fail(why) => Failure::Fail(format!(
-                                "with the standby's node {node} {fault}: {why}"
-                            )),
-                            other => other,
-                        })?;
-                figures.push(format!(
-                    "{fault} node {node}: {:.0} of {:.0}",
-                    millis(took),
-                    millis(bound)
-                ));
-            }
-        }
+        let servers = faultable(&cx).await?;
+        let figures = each_node(servers, "the standby's", |node, fault| {
+            round(&cx, servers, node, fault)
+        })
+        .await?;
         cx.note(format!(
             "the standby led, ms after the crash (or the re-election where its node led the servers) of the bound, by the standby's node: {}",
             figures.join(", ")
@@ -86,13 +53,112 @@ pub async fn standby_sees_failover_when_its_node_is_cut_off(
     .await
 }
 
-/// What befalls the standby's node.
+/// The servers to fault, or why the cut-off cases do not apply: the
+/// factory cannot fault server nodes, there are fewer than 3 of them, or
+/// they are independent (no peers to be cut off from).
+pub(super) async fn faultable(cx: &Cx) -> Step<&dyn ServerFaults> {
+    let Some(servers) = cx.factory().servers() else {
+        return Err(Failure::Skip(
+            "the factory cannot fault server nodes".into(),
+        ));
+    };
+    if servers.nodes() < 3 {
+        return Err(Failure::Skip(format!(
+            "needs 3 or more server nodes; the deployment has {}",
+            servers.nodes()
+        )));
+    }
+    if let Err(tenure_core::Error::Unsupported { .. }) = servers.leader().await {
+        return Err(Failure::Skip(
+            "the servers are independent (no peers to be cut off from)".into(),
+        ));
+    }
+    Ok(servers)
+}
+
+/// Runs `round` with each node cut off, then with each node frozen but the
+/// servers' own leader (that is [`servers_leader_paused_longer_than_ttl`](super::servers_leader_paused_longer_than_ttl));
+/// a failure names the node, as `whose` node. Returns each round's figure:
+/// its time of its bound, in ms.
+pub(super) async fn each_node<F, Fut>(
+    servers: &dyn ServerFaults,
+    whose: &str,
+    mut round: F,
+) -> Step<Vec<String>>
+where
+    F: FnMut(usize, Fault) -> Fut,
+    Fut: Future<Output = Step<(Duration, Duration)>>,
+{
+    let mut figures = Vec::new();
+    for fault in [Fault::CutOff, Fault::Frozen] {
+        for node in 0..servers.nodes() {
+            if fault == Fault::Frozen && servers.leader().await.ok().flatten() == Some(node) {
+                figures.push(format!("{fault} node {node}: spared, it leads the servers"));
+                continue;
+            }
+            let (took, bound) = round(node, fault).await.map_err(|failure| match failure {
+                Failure::Fail(why) => {
+                    Failure::Fail(format!("with {whose} node {node} {fault}: {why}"))
+                }
+                other => other,
+            })?;
+            figures.push(format!(
+                "{fault} node {node}: {:.0} of {:.0}",
+                millis(took),
+                millis(bound)
+            ));
+        }
+    }
+    Ok(figures)
+}
+
+/// What befalls the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
+pub(super) enum Fault {
     /// Cut off from its peers, not from clients.
     CutOff,
     /// Paused: its connections open and silent.
     Frozen,
+}
+
+impl Fault {
+    /// Cuts `node` off from its peers, or freezes it.
+    pub(super) async fn apply(self, servers: &dyn ServerFaults, node: usize) -> Step {
+        match self {
+            Fault::CutOff => applied(
+                servers.isolate(node).await,
+                format_args!("cutting node {node} off from its peers"),
+            ),
+            Fault::Frozen => applied(
+                servers.pause(node).await,
+                format_args!("pausing node {node}"),
+            ),
+        }
+    }
+
+    /// Reconnects `node` to its peers, or thaws it.
+    pub(super) async fn lift(self, servers: &dyn ServerFaults, node: usize) -> Step {
+        match self {
+            Fault::CutOff => servers
+                .rejoin(node)
+                .await
+                .ctx(format_args!("reconnecting node {node} to its peers")),
+            Fault::Frozen => servers
+                .unpause(node)
+                .await
+                .ctx(format_args!("unpausing node {node}")),
+        }
+    }
+
+    /// How long the node may go on serving its clients as if nothing
+    /// happened ([`Timing::cut_off_noticed`](crate::Timing::cut_off_noticed)
+    /// where cut off; a frozen node serves nothing).
+    pub(super) fn noticed(self, cx: &Cx) -> Duration {
+        match self {
+            Fault::CutOff => cx.timing().cut_off_noticed,
+            Fault::Frozen => Duration::ZERO,
+        }
+    }
 }
 
 impl std::fmt::Display for Fault {
@@ -146,16 +212,7 @@ async fn round(
         .ctx("letting the standby's client reach every node")?;
     let servers_leader = servers.leader().await.ok().flatten();
     let faulted = Instant::now();
-    match fault {
-        Fault::CutOff => applied(
-            servers.isolate(node).await,
-            format_args!("cutting node {node} off from its peers"),
-        )?,
-        Fault::Frozen => applied(
-            servers.pause(node).await,
-            format_args!("pausing node {node}"),
-        )?,
-    }
+    fault.apply(servers, node).await?;
     renewer.abort(); // drops a's lease and client, releasing nothing
     let _ = renewer.await;
     let crashed = Instant::now();
@@ -174,26 +231,14 @@ async fn round(
         };
         // A node that serves on for a while after the cut hides the
         // failover until it lets its clients go.
-        let noticed = match fault {
-            Fault::CutOff => cx.timing().cut_off_noticed,
-            Fault::Frozen => Duration::ZERO,
-        };
+        let noticed = fault.noticed(cx);
         let bound =
             bound.max((faulted + noticed + Cx::FAILOVER_MARGIN).saturating_duration_since(since));
         let b = standby.fails_over(cx, since, bound).await?;
         Ok::<_, Failure>((b, since, bound))
     }
     .await;
-    let restored = match fault {
-        Fault::CutOff => servers
-            .rejoin(node)
-            .await
-            .ctx(format_args!("reconnecting node {node} to its peers")),
-        Fault::Frozen => servers
-            .unpause(node)
-            .await
-            .ctx(format_args!("unpausing node {node}")),
-    };
+    let restored = fault.lift(servers, node).await;
     let settled = servers.settle().await.ctx("letting the servers settle");
     let (mut b, since, bound) = outcome?;
     restored?;

@@ -16,6 +16,7 @@ mod input;
 mod machine_lock;
 mod nested;
 mod nodes;
+mod observer;
 mod paused;
 mod process;
 mod release;
@@ -58,6 +59,7 @@ pub use input::{
 };
 pub use nested::nested_keys_are_independent;
 pub use nodes::server_node_killed_leader_survives_or_fails_over;
+pub use observer::{observed_within, observer_sees_failover_when_its_node_is_cut_off};
 pub use paused::{
     holders_server_node_paused_longer_than_ttl, servers_leader_paused_longer_than_ttl,
 };

@@ -1,9 +1,10 @@
-//! A watch stream with the instant each event arrived.
+//! A watch stream (or an Elector's observation) with the instant each
+//! event arrived.
 
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
-use tenure_core::{ElectionKey, LeaderEvent};
+use tenure_core::{ElectionKey, Elector, LeaderEvent};
 use tokio::time::Instant;
 
 use super::context::{Context, Cx, Failure, Step};
@@ -37,6 +38,15 @@ impl Watcher {
             events,
             seen: Vec::new(),
         })
+    }
+
+    /// Observes `elector`'s key as users do, through [`Elector::observe`]:
+    /// a watch that ends with an error is watched again behind the scenes.
+    pub fn observing(elector: &Elector) -> Watcher {
+        Watcher {
+            events: elector.observe().map(Ok).boxed(),
+            seen: Vec::new(),
+        }
     }
 
     /// The next event, at most `limit` away.
