@@ -54,6 +54,7 @@ fn tests() -> Vec<Trial> {
         tokens_reset_by_a_wipe_fail_token_increases_after_state_wiped,
         a_holder_deaf_to_deletion_fails_token_increases_after_state_wiped,
         a_waiter_that_trusts_its_watch_fails_standby_sees_failover_when_its_node_is_cut_off,
+        an_observer_that_trusts_its_watch_fails_observer_sees_failover_when_its_node_is_cut_off,
         prefix_elections_fail_nested_keys_are_independent,
         a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing,
         a_release_that_returns_early_fails_shutdown_releases_before_returning,

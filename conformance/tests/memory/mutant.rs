@@ -19,6 +19,11 @@ use tenure_core::{
 };
 use tokio::time::Instant;
 
+#[path = "silent_nodes.rs"]
+mod silent_nodes;
+
+use silent_nodes::{held_while_silent, Servers, Silent};
+
 /// The planted bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
@@ -107,6 +112,10 @@ pub enum Bug {
     /// its peers (its watches silent), it never looks for itself, and hears
     /// of its grant only once the node is back.
     TrustsItsWatch,
+    /// A watch trusts its stream: while its client's server node is cut
+    /// off from its peers or frozen (its watches silent), it reports
+    /// nothing, and only once the node is back the latest state.
+    ObserverTrustsItsWatch,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -129,6 +138,9 @@ pub struct Shared {
     versions: Mutex<HashMap<u64, Instant>>,
     /// Told when the servers' history is compacted (`WaitLostOnCompaction`).
     compacted: tokio::sync::watch::Sender<u64>,
+    /// The server nodes that keep their clients' watches silent now
+    /// (`ObserverTrustsItsWatch`).
+    silent: Arc<tokio::sync::watch::Sender<Silent>>,
 }
 
 /// One client of the mutant server.
@@ -140,6 +152,18 @@ pub struct Mutant {
     shared: Arc<Shared>,
     /// How long answers are held back (`GrantLostInFlight`; set by its link).
     answer_delay: Arc<Mutex<Duration>>,
+    /// The client's link, which knows its server node (`ObserverTrustsItsWatch`).
+    link: Option<ClientLink>,
+}
+
+/// A client's link, kept by the mutant.
+#[derive(Clone)]
+struct ClientLink(Arc<dyn Link>);
+
+impl std::fmt::Debug for ClientLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientLink")
+    }
 }
 
 /// Counts a poller of `key` while it sleeps between attempts.
@@ -560,6 +584,12 @@ impl LeaseBackend for Mutant {
             }
             _ => events.boxed(),
         };
+        let events = match (&self.link, self.bug) {
+            (Some(ClientLink(link)), Bug::ObserverTrustsItsWatch) => {
+                held_while_silent(events, self.shared.silent.subscribe(), link.clone())
+            }
+            _ => events,
+        };
         Ok(futures::stream::iter(nested).chain(events).boxed())
     }
 }
@@ -582,6 +612,7 @@ impl Parts {
             attempts: self.attempts.clone(),
             shared: self.shared.clone(),
             answer_delay: Arc::default(),
+            link: None,
         }
     }
 }
@@ -589,6 +620,7 @@ impl Parts {
 /// Clients of one mutant server.
 pub struct MutantFactory {
     parts: Parts,
+    servers: Servers,
     name: String,
     gaps: Vec<Gap>,
     retries_frozen_nodes: Option<&'static str>,
@@ -621,6 +653,10 @@ impl MutantFactory {
             _ => memory,
         };
         MutantFactory {
+            servers: Servers {
+                memory: memory.clone(),
+                silent: shared.silent.clone(),
+            },
             parts: Parts {
                 memory,
                 bug,
@@ -681,8 +717,9 @@ impl BackendFactory for MutantFactory {
                 inner.release(&lease).await?;
             }
         }
-        let mutant = self.parts.mutant(inner.clone());
         let memory = self.parts.memory.link(&inner);
+        let mut mutant = self.parts.mutant(inner.clone());
+        mutant.link = Some(ClientLink(memory.clone()));
         let link: Arc<dyn Link> = match self.parts.bug {
             Bug::GrantLostInFlight => Arc::new(MutantLink {
                 memory,
@@ -736,7 +773,7 @@ impl BackendFactory for MutantFactory {
         self.parts.memory.compact_history().await
     }
     fn servers(&self) -> Option<&dyn ServerFaults> {
-        Some(&self.parts.memory)
+        Some(&self.servers)
     }
     fn candidate(&self) -> Option<CandidateCommand> {
         let parts = self.parts.clone();

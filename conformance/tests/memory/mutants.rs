@@ -173,6 +173,19 @@ pub async fn a_waiter_that_trusts_its_watch_fails_standby_sees_failover_when_its
     );
 }
 
+pub async fn an_observer_that_trusts_its_watch_fails_observer_sees_failover_when_its_node_is_cut_off(
+) {
+    let f = MutantFactory::planted(Bug::ObserverTrustsItsWatch);
+    failed_on(
+        &suite::observer_sees_failover_when_its_node_is_cut_off(f).await,
+        Property::Timing,
+    );
+    // The standby's own wait doubts its watch: it still takes over in time.
+    let f = MutantFactory::planted(Bug::ObserverTrustsItsWatch);
+    let standby = suite::standby_sees_failover_when_its_node_is_cut_off(f).await;
+    assert_eq!(standby.outcome, Outcome::Pass, "{standby:#?}");
+}
+
 pub async fn prefix_elections_fail_nested_keys_are_independent() {
     let f = MutantFactory::planted(Bug::NestedKeysShared);
     failed_on(
