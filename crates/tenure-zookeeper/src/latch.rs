@@ -415,18 +415,47 @@ pub(crate) async fn still_ours(
     }
 }
 
-/// Deletes our node by its (unique, uuid-bearing) path and version 0: it is
-/// never written after its creation. Gone already is fine.
+/// Deletes our node by its (unique, uuid-bearing) path. tenure never
+/// writes it after its creation, so the delete asks for version 0; a node
+/// whose data someone set since (an operator's `set`, a tool tagging nodes)
+/// is refused that way for ever, so on `BadVersion` the node is looked at
+/// again and deleted at the version it has, as long as our session still
+/// owns it (a node another session owns is not ours to delete). Gone
+/// already is fine.
 pub(crate) async fn delete(client: &Client, node_path: &str, settings: &Settings) -> Result<()> {
-    match bounded(
-        "delete",
-        settings.request_timeout,
-        client.delete(node_path, Some(0)),
-    )
-    .await?
-    {
-        Ok(()) | Err(ZkError::NoNode) | Err(ZkError::SessionExpired) => Ok(()),
-        Err(e) => Err(map(e)),
+    let mut version = 0;
+    loop {
+        match bounded(
+            "delete",
+            settings.request_timeout,
+            client.delete(node_path, Some(version)),
+        )
+        .await?
+        {
+            Ok(()) | Err(ZkError::NoNode) | Err(ZkError::SessionExpired) => return Ok(()),
+            Err(ZkError::BadVersion) => {}
+            Err(e) => return Err(map(e)),
+        }
+        let stat = match bounded(
+            "exists",
+            settings.request_timeout,
+            client.check_stat(node_path),
+        )
+        .await?
+        {
+            Ok(Some(stat)) => stat,
+            Ok(None) | Err(ZkError::NoNode) | Err(ZkError::SessionExpired) => return Ok(()),
+            Err(e) => return Err(map(e)),
+        };
+        if stat.ephemeral_owner != client.session_id().0 {
+            return Ok(());
+        }
+        tracing::debug!(
+            path = node_path,
+            version = stat.version,
+            "our node's data was set by someone else; deleting it at its version"
+        );
+        version = stat.version;
     }
 }
 

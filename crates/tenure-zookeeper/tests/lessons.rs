@@ -897,3 +897,44 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
     );
     leadership.resign().await.unwrap();
 }
+
+/// An operator's `set` on our node (or a tool that tags nodes) bumps its
+/// data version. A delete that insists on version 0 is then refused for
+/// ever, and the node, whose session lives on, blocks the queue: a lease
+/// nobody renews must still end within its TTL, and a release must still
+/// free the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_data_was_set_by_hand_is_still_deleted_when_its_lease_ends() {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let zk = plain(&cluster).await;
+
+    // Not renewed: the expiry timer must delete the node.
+    let _unrenewed = hold(&a, "set-by-hand", "a").await;
+    let node = node_of(&zk, "/set-by-hand", "a").await;
+    zk.set_data(&format!("/set-by-hand/{node}"), b"tagged", None)
+        .await
+        .unwrap();
+    let wants = candidacy("set-by-hand", "b");
+    let waiting = b.acquire(&wants, AcquireMode::Wait);
+    let granted = tokio::time::timeout(TTL + Duration::from_secs(1), waiting).await;
+    let lease = match granted {
+        Ok(Ok(Acquisition::Granted(lease))) => lease,
+        other => panic!(
+            "b was not granted within the TTL + 1 s after a's node was set by hand: {other:?}"
+        ),
+    };
+
+    // Released: the release must delete it.
+    let node = node_of(&zk, "/set-by-hand", "b").await;
+    zk.set_data(&format!("/set-by-hand/{node}"), b"tagged", None)
+        .await
+        .unwrap();
+    b.release(&lease)
+        .await
+        .expect("release after a set by hand");
+    assert!(
+        children(&zk, "/set-by-hand").await.is_empty(),
+        "the released node is still there"
+    );
+}
