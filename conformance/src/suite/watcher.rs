@@ -10,9 +10,10 @@ use tokio::time::Instant;
 use super::context::{Context, Cx, Failure, Step};
 use crate::factory::Client;
 
-/// Observes one key through one client's `watch`.
+/// Observes one key through one client's `watch`, or an Elector's `observe`.
 pub struct Watcher {
-    events: BoxStream<'static, tenure_core::Result<LeaderEvent>>,
+    /// Each event with the instant it arrived.
+    events: BoxStream<'static, tenure_core::Result<(LeaderEvent, Instant)>>,
     /// Every event so far, with when it arrived.
     pub seen: Vec<(LeaderEvent, Instant)>,
 }
@@ -35,16 +36,39 @@ impl Watcher {
     pub async fn open(client: &Client, key: &ElectionKey) -> Step<Watcher> {
         let events = client.backend.watch(key).await.ctx("watch")?;
         Ok(Watcher {
-            events,
+            events: events
+                .map(|event| event.map(|e| (e, Instant::now())))
+                .boxed(),
             seen: Vec::new(),
         })
     }
 
-    /// Observes `elector`'s key as users do, through [`Elector::observe`]:
-    /// a watch that ends with an error is watched again behind the scenes.
+    /// Observes `elector`'s key as users do, through [`Elector::observe`]
+    /// (a watch that ends with an error is watched again behind the
+    /// scenes), read all along by a task of its own, as a user's loop
+    /// reads it: the backend's watch runs between the case's looks too.
     pub fn observing(elector: &Elector) -> Watcher {
+        let mut observed = elector.observe();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    event = observed.next() => match event {
+                        Some(event) => {
+                            let _ = tx.send((event, Instant::now()));
+                        }
+                        None => return,
+                    },
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        let events = futures::stream::unfold(rx, |mut rx| async move {
+            let event = rx.recv().await?;
+            Some((Ok(event), rx))
+        });
         Watcher {
-            events: elector.observe().map(Ok).boxed(),
+            events: events.boxed(),
             seen: Vec::new(),
         }
     }
@@ -61,10 +85,9 @@ impl Watcher {
         let Ok(item) = tokio::time::timeout(limit, self.events.next()).await else {
             return Ok(None);
         };
-        let event = item
+        let (event, at) = item
             .ok_or_else(|| Failure::Fail("the watch stream ended".into()))?
             .ctx("watch event")?;
-        let at = Instant::now();
         self.seen.push((event.clone(), at));
         Ok(Some((event, at)))
     }
