@@ -270,8 +270,9 @@ pub(crate) async fn create(
                     Err(e) => return Err(map(e)),
                 }
             }
-            Ok(Err(e)) if !matches!(e, ZkError::ConnectionLoss) => return Err(map(e)),
-            // The answer was lost (connection loss or our own deadline): did it land?
+            Ok(Err(e)) if !answer_lost(&e) => return Err(map(e)),
+            // The answer was lost (the connection failed under the request,
+            // or our own deadline passed): did it land?
             other => {
                 tracing::debug!(result = ?other, "a create's answer was lost; looking for our node");
                 if let Some(found) = find(client, election, prefix, settings).await? {
@@ -286,6 +287,18 @@ pub(crate) async fn create(
         }
     }
     Err(last.unwrap_or_else(|| unavailable("the election node kept vanishing")))
+}
+
+/// Whether a request's answer was lost rather than refused: the request
+/// may have been applied. zookeeper-client reports `ConnectionLoss` for a
+/// connection it closed itself, `Custom` for one that failed under the
+/// request (a reset, an I/O error, no answer within the connection
+/// timeout), and `Timeout` for one that outlived its own deadline.
+fn answer_lost(error: &ZkError) -> bool {
+    matches!(
+        error,
+        ZkError::ConnectionLoss | ZkError::Custom(_) | ZkError::Timeout
+    )
 }
 
 /// Our node by its uuid prefix, if a create landed, looked for after a

@@ -938,3 +938,99 @@ async fn a_node_whose_data_was_set_by_hand_is_still_deleted_when_its_lease_ends(
         "the released node is still there"
     );
 }
+
+/// Tells `created` each time a create request (opcode 1, or 15 for
+/// create2) goes through a proxy. Frames are a 4-byte big-endian length,
+/// then the frame; a request's frame starts with its xid and opcode; the
+/// first frame of a connection is its handshake.
+struct CreateSeen {
+    created: Arc<tokio::sync::Notify>,
+}
+
+impl tenure_conformance::proxy::Tap for CreateSeen {
+    fn connection(
+        &self,
+    ) -> (
+        tenure_conformance::proxy::Observer,
+        tenure_conformance::proxy::Observer,
+    ) {
+        let created = self.created.clone();
+        let mut pending = Vec::new();
+        let mut handshake_seen = false;
+        (
+            Box::new(move |bytes: &[u8]| {
+                pending.extend_from_slice(bytes);
+                while pending.len() >= 4 {
+                    let len = u32::from_be_bytes(pending[..4].try_into().unwrap()) as usize;
+                    if pending.len() < 4 + len {
+                        break;
+                    }
+                    let frame: Vec<u8> = pending.drain(..4 + len).skip(4).collect();
+                    if !handshake_seen {
+                        handshake_seen = true;
+                    } else if frame.len() >= 8 {
+                        let opcode = i32::from_be_bytes(frame[4..8].try_into().unwrap());
+                        if opcode == 1 || opcode == 15 {
+                            created.notify_one();
+                        }
+                    }
+                }
+            }),
+            Box::new(|_: &[u8]| {}),
+        )
+    }
+}
+
+/// A connection that dies under a create (a TCP reset, a server gone
+/// silent) gives zookeeper-client's `Custom` error, not `ConnectionLoss`;
+/// either way the create may have landed. The campaign must look for its
+/// node (protected mode: its name bears our uuid) and go on with it, not
+/// fail and leave it queued.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_whose_connection_resets_under_it_finds_its_node() {
+    let ttl = Duration::from_secs(4);
+    let cluster = zookeeper().await;
+    let created = Arc::new(tokio::sync::Notify::new());
+    let tap = Arc::new(CreateSeen {
+        created: created.clone(),
+    });
+    let upstream = cluster.nodes()[0].addr();
+    let proxy = FaultProxy::start_tapped(upstream, Some(tap)).await.unwrap();
+    let options = common::options().with_session_timeout(ttl);
+    let a = ZooKeeperBackend::connect(&proxy.addr().to_string(), options)
+        .await
+        .unwrap();
+    let session = a.session_id().await;
+    // Answers wait, so the reset below comes before the create's answer.
+    proxy.set(Mode::DelayAnswers(Duration::from_millis(300)));
+    let wants = candidacy_with_ttl("reset-create", "a", ttl);
+    let acquiring = a.acquire(&wants, AcquireMode::Once);
+    let cutting = async {
+        created.notified().await;
+        proxy.set(Mode::Reset);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.set(Mode::Pass);
+    };
+    let (granted, ()) = tokio::join!(acquiring, cutting);
+    let lease = match granted {
+        Ok(Acquisition::Granted(lease)) => lease,
+        other => panic!("a's campaign did not go on with the node its lost create made: {other:?}"),
+    };
+    assert_eq!(
+        a.session_id().await,
+        session,
+        "the session did not survive the reset: the test proves nothing"
+    );
+    let zk = plain(&cluster).await;
+    let found = children(&zk, "/reset-create").await;
+    assert_eq!(
+        found.len(),
+        1,
+        "one node, the one the lost create made: {found:?}"
+    );
+    let (_, stat) = zk
+        .get_data(&format!("/reset-create/{}", found[0]))
+        .await
+        .unwrap();
+    assert_eq!(lease.token().map(|t| t.get() as i64), Some(stat.czxid));
+}
