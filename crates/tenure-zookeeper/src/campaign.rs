@@ -86,6 +86,8 @@ async fn campaign(
     });
     let node = latch::create(client, &election, &prefix, identity, &settings).await?;
     guard.created(&node.path);
+    // A node past the sequence wrap would sort first: withdraw it (the guard).
+    latch::check_sequence(&election, &node.name)?;
     if node.owner != session.id() {
         return Err(unavailable("our node belongs to an earlier session"));
     }

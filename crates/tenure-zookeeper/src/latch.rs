@@ -82,6 +82,44 @@ pub(crate) fn candidates(children: Vec<String>) -> Vec<String> {
     candidates
 }
 
+/// How close to the wrap a sequence draws a warning: a million creates left.
+const SEQUENCE_WARN_FROM: i64 = i32::MAX as i64 - (1 << 20);
+
+/// ZooKeeper numbers an election's children with a signed 32-bit counter
+/// of the election node's own: after 2^31 creates under one election node
+/// the next sequence is negative, and its `-` sorts it before every other
+/// (Curator sorts the text, and so does tenure): that node would lead while
+/// the holder still does. A candidate whose node got a negative sequence
+/// must not campaign; the error says how to reset the counter. Near the
+/// wrap, a warning.
+pub(crate) fn check_sequence(election: &str, name: &str) -> Result<()> {
+    let sequence = sort_key(name);
+    if sequence.starts_with('-') {
+        return Err(tenure_core::Error::Backend {
+            backend: crate::error::BACKEND,
+            source: format!(
+                "the election node {election} has had 2^31 candidate nodes: ZooKeeper's \
+                 sequence counter wrapped, and a node numbered {sequence} would sort before \
+                 the holder's; delete {election} while nobody holds it (its counter starts \
+                 again at 0)"
+            )
+            .into(),
+        });
+    }
+    if sequence
+        .parse::<i64>()
+        .is_ok_and(|n| n >= SEQUENCE_WARN_FROM)
+    {
+        tracing::warn!(
+            election,
+            sequence,
+            "the election node's sequence counter nears its wrap at 2^31; delete the \
+             election node while nobody holds it to reset it"
+        );
+    }
+    Ok(())
+}
+
 /// Who a candidate node says leads: identity from its data (the node name
 /// when it is not a valid identity, as Curator's default empty id), token
 /// from its czxid.
@@ -493,6 +531,20 @@ mod tests {
         ] {
             assert!(!is_candidate(other), "{other}");
         }
+    }
+
+    #[test]
+    fn a_node_numbered_past_the_sequence_wrap_refuses_to_campaign() {
+        assert!(check_sequence("/k", "_c_1-latch-0000000007").is_ok());
+        assert!(check_sequence("/k", "_c_1-latch-2147483647").is_ok());
+        let refused = check_sequence("/k", "_c_1-latch--2147483648")
+            .expect_err("a wrapped sequence sorts first");
+        assert!(!refused.is_retryable());
+        let message = std::error::Error::source(&refused).unwrap().to_string();
+        assert!(
+            message.contains("/k") && message.contains("wrapped"),
+            "{message}"
+        );
     }
 
     #[test]
