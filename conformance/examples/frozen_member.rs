@@ -148,37 +148,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ));
     }
     let mut expired_total = 0;
-    let r = record.lock().unwrap();
-    for (i, (began, label)) in windows.iter().enumerate() {
-        let until = windows.get(i + 1).map(|(next, _)| *next);
-        let during: Vec<&(Instant, Duration, String)> = r
-            .step_downs
-            .iter()
-            .filter(|(at, _, _)| at >= began && until.is_none_or(|u| *at < u))
-            .collect();
-        // Expired: no renewal got through in time, which tenure must
-        // prevent while a majority serves. Deleted or Revoked: the servers
-        // removed a lease its holder had kept alive (on etcd before 3.4.31
-        // and 3.5.13, a stalled leader that resumes does: etcd#15247).
-        let expired = during.iter().filter(|(_, _, why)| why == "Expired").count();
-        expired_total += expired;
-        let detail: Vec<String> = during
-            .iter()
-            .map(|(at, ttl, why)| {
-                format!("TTL {ttl:?} {why} at {:.1} s", (*at - *began).as_secs_f64())
-            })
-            .collect();
-        println!(
-            "{label}: {} step-downs, {expired} of them Expired{}",
-            during.len(),
-            if detail.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", detail.join(", "))
-            }
-        );
+    // A block, not drop(): clippy sees a guard as held to the end of its scope.
+    {
+        let r = record.lock().unwrap();
+        for (i, (began, label)) in windows.iter().enumerate() {
+            let until = windows.get(i + 1).map(|(next, _)| *next);
+            let during: Vec<&(Instant, Duration, String)> = r
+                .step_downs
+                .iter()
+                .filter(|(at, _, _)| at >= began && until.is_none_or(|u| *at < u))
+                .collect();
+            // Expired: no renewal got through in time, which tenure must
+            // prevent while a majority serves. Deleted or Revoked: the servers
+            // removed a lease its holder had kept alive (on etcd before 3.4.31
+            // and 3.5.13, a stalled leader that resumes does: etcd#15247).
+            let expired = during.iter().filter(|(_, _, why)| why == "Expired").count();
+            expired_total += expired;
+            let detail: Vec<String> = during
+                .iter()
+                .map(|(at, ttl, why)| {
+                    format!("TTL {ttl:?} {why} at {:.1} s", (*at - *began).as_secs_f64())
+                })
+                .collect();
+            println!(
+                "{label}: {} step-downs, {expired} of them Expired{}",
+                during.len(),
+                if detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", detail.join(", "))
+                }
+            );
+        }
     }
-    drop(r);
     for e in &electors {
         e.shutdown().await;
     }
