@@ -205,6 +205,7 @@ struct Outcome {
 const FAULTS: &[&str] = &[
     "master_restarted_without_persistence",
     "master_key_expired_early",
+    "two_faults_one_renewal_apart",
     "holder_paused_past_its_deadline",
     "holder_partitioned_from_the_masters",
 ];
@@ -295,6 +296,8 @@ async fn fault_case(
         // Whether `a` checked its lease just before the fault struck and
         // goes on to write regardless (a pause between check and write).
         let mut checked_before = false;
+        // Whether a learnt that it lost the lease (a renewal said so).
+        let mut a_lost = false;
         let b = match fault {
             "master_restarted_without_persistence" => {
                 let servers = &redis.servers;
@@ -306,14 +309,28 @@ async fn fault_case(
                 take(&cx, &cb, &key, "b", ttl / 4).await?
             }
             "master_key_expired_early" => {
-                let mut m = redis.master(0).await.ctx("connecting to master 0")?;
-                let _: i64 = tenure_redis::redis::cmd("PEXPIRE")
-                    .arg(stored(&key))
-                    .arg(1)
-                    .query_async(&mut m)
-                    .await
-                    .ctx("expiring a's key on master 0")?;
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                expire_early(&redis, &key, 0).await?;
+                take(&cx, &cb, &key, "b", ttl / 4).await?
+            }
+            "two_faults_one_renewal_apart" => {
+                // a's key vanishes on master 0, a renews, then it vanishes
+                // on master 1 (on one master: master 0 again): a lease that
+                // did not take master 0 back rests on one master of three.
+                let masters = redis.servers.nodes();
+                expire_early(&redis, &key, 0).await?;
+                match ca.backend.renew(&a.lease).await {
+                    Ok(renewed) => {
+                        cx.safety().extend(a.term, renewed.valid_until());
+                        a.lease = renewed;
+                    }
+                    Err(e) if e.loss_reason().is_some() => {
+                        // a knows it lost: it neither leads nor writes.
+                        cx.safety().end(a.term, Instant::now());
+                        a_lost = true;
+                    }
+                    Err(e) => return Err(Failure::Fail(format!("a renews: {e}"))),
+                }
+                expire_early(&redis, &key, 1 % masters).await?;
                 take(&cx, &cb, &key, "b", ttl / 4).await?
             }
             "holder_paused_past_its_deadline" => {
@@ -348,7 +365,7 @@ async fn fault_case(
         match b {
             Some(b) => {
                 b.write();
-                if a.lease.is_valid() || checked_before {
+                if (a.lease.is_valid() && !a_lost) || checked_before {
                     a.write(&cx);
                 }
                 cx.safety().end(a.term, Instant::now());
@@ -363,6 +380,23 @@ async fn fault_case(
         Ok(())
     })
     .await
+}
+
+/// Expires `a`'s key on master `index` with `PEXPIRE` (as a clock jump or
+/// an eviction there would), and lets it go.
+async fn expire_early(redis: &RedisFactory, key: &ElectionKey, index: usize) -> Step<()> {
+    let mut m = redis
+        .master(index)
+        .await
+        .ctx(&format!("connecting to master {index}"))?;
+    let _: i64 = tenure_redis::redis::cmd("PEXPIRE")
+        .arg(stored(key))
+        .arg(1)
+        .query_async(&mut m)
+        .await
+        .ctx(&format!("expiring a's key on master {index}"))?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    Ok(())
 }
 
 /// `a`'s TTL where the fault is on the servers.

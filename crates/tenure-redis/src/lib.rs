@@ -258,6 +258,10 @@ impl std::fmt::Debug for RedlockBackend {
 struct RedlockLease {
     key: String,
     value: String,
+    /// Set when a release begins: from then on no master is taken back
+    /// for this lease (a repair still in flight could otherwise re-create
+    /// a key the release just deleted).
+    released: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How one attempt to take the key on every master ended.
@@ -462,6 +466,7 @@ impl RedlockBackend {
                 LeaseHandle::new(RedlockLease {
                     key: key.clone(),
                     value,
+                    released: Default::default(),
                 }),
             )
             .with_expiry_lead(redlock_drift(candidacy.ttl()));
@@ -589,36 +594,62 @@ impl RedlockBackend {
         let n = self.inner.masters.len();
         let quorum = self.inner.quorum;
         let sent_at = Instant::now();
-        let mut calls: FuturesUnordered<_> = self
-            .inner
-            .masters
-            .iter()
-            .map(|m| {
-                let state = &state;
+        let mut calls: FuturesUnordered<_> = (0..n)
+            .map(|i| {
+                let (this, key, value) = (self.clone(), state.key.clone(), state.value.clone());
                 async move {
-                    let mut call = self.inner.scripts.extend.key(state.key.as_str());
-                    call.arg(state.value.as_str()).arg(ttl_ms);
-                    (m, m.invoke(&call, timeout).await)
+                    let mut call = this.inner.scripts.extend.key(key.as_str());
+                    call.arg(value.as_str()).arg(ttl_ms);
+                    (i, this.inner.masters[i].invoke(&call, timeout).await)
                 }
             })
             .collect();
         let (mut extended, mut gone) = (0, 0);
+        // Masters that answered that the key is not ours (gone, or someone
+        // else's), and those that failed to answer.
+        let (mut lacking, mut failed) = (Vec::new(), Vec::new());
         let mut failures = Vec::new();
-        while let Some((m, answer)) = calls.next().await {
+        while let Some((i, answer)) = calls.next().await {
+            let m = &self.inner.masters[i];
             match answer {
                 Ok(Value::Int(1)) => extended += 1,
-                Ok(Value::Int(0)) => gone += 1,
-                Ok(other) => failures.push(format!("{}: unexpected answer {other:?}", m.addr)),
-                Err(e) => failures.push(format!("{}: {e}", m.addr)),
+                Ok(Value::Int(0)) => {
+                    gone += 1;
+                    lacking.push(i);
+                }
+                Ok(other) => {
+                    failed.push(i);
+                    failures.push(format!("{}: unexpected answer {other:?}", m.addr));
+                }
+                Err(e) => {
+                    failed.push(i);
+                    failures.push(format!("{}: {e}", m.addr));
+                }
             }
             if extended >= quorum || n - gone < quorum {
                 break;
             }
         }
-        drop(calls);
         if extended >= quorum {
             let renewed = lease.renewed(sent_at, lease.handle().clone());
             if renewed.is_valid() {
+                // A majority holds our value: take back the masters that
+                // lost the key now (the next single loss would otherwise
+                // let someone else assemble a majority), and those that
+                // did not answer in time once they do.
+                let expires = sent_at + lease.ttl();
+                self.repair(&state, &lacking, expires, &renewed, timeout)
+                    .await;
+                let (this, state, held) = (self.clone(), state.clone(), renewed.clone());
+                spawn_cleanup(async move {
+                    let mut lacking = failed;
+                    while let Some((i, answer)) = calls.next().await {
+                        if !matches!(answer, Ok(Value::Int(1))) {
+                            lacking.push(i);
+                        }
+                    }
+                    this.repair(&state, &lacking, expires, &held, timeout).await;
+                });
                 return Ok(renewed);
             }
             return Err(Error::Timeout {
@@ -626,6 +657,7 @@ impl RedlockBackend {
                 after: Instant::now() - sent_at,
             });
         }
+        drop(calls);
         if n - gone < quorum {
             // The masters cannot tell an expired value from one taken over.
             tracing::debug!(
@@ -641,8 +673,54 @@ impl RedlockBackend {
         )))
     }
 
+    /// Runs `REPAIR` on each of `masters` while `lease` (just renewed by a
+    /// majority) is valid: their key, gone, is taken again with our value,
+    /// to expire at `expires` as the majority's does. Each taken master is
+    /// a WARN: a lease that lost a master has no spare left until then.
+    async fn repair(
+        &self,
+        state: &RedlockLease,
+        masters: &[usize],
+        expires: Instant,
+        lease: &Lease,
+        timeout: Duration,
+    ) {
+        let calls: FuturesUnordered<_> = masters
+            .iter()
+            .map(|&i| async move {
+                let left = expires.saturating_duration_since(Instant::now());
+                let released = state.released.load(std::sync::atomic::Ordering::SeqCst);
+                if released || !lease.is_valid() || left < Duration::from_millis(1) {
+                    return (i, None);
+                }
+                let mut call = self.inner.scripts.repair.key(state.key.as_str());
+                call.arg(state.value.as_str()).arg(left.as_millis() as u64);
+                (i, Some(self.inner.masters[i].invoke(&call, timeout).await))
+            })
+            .collect();
+        let answers: Vec<_> = calls.collect().await;
+        for (i, answer) in answers {
+            let master = &self.inner.masters[i].addr;
+            match answer {
+                Some(Ok(Value::Int(2))) => tracing::warn!(
+                    master,
+                    key = state.key,
+                    "a Redis master had lost the lease's key (restarted empty, evicted, or missed \
+                     by a grant); taken back, so the lease survives one more such loss"
+                ),
+                Some(Ok(_)) | None => {}
+                Some(Err(e)) => {
+                    tracing::debug!(master, error = %e, "taking back a master that lacks the key failed")
+                }
+            }
+        }
+    }
+
     async fn release_inner(&self, lease: &Lease) -> Result<()> {
         let state = state_of(lease)?;
+        state
+            .released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let timeout = self.node_timeout(lease.ttl());
         let (done, failures) = self
             .release_everywhere(&state.key, &state.value, timeout)

@@ -26,6 +26,24 @@ end
 return 0
 "#;
 
+/// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the TTL in ms. Only for a
+/// holder whose renewal a majority just extended: extends the key if it
+/// holds our value, takes it if it is gone (a master restarted empty, a
+/// grant or an extension that missed it), and leaves someone else's alone.
+/// Taking it is safe while our majority stands (majorities intersect), and
+/// it restores the spare a lease needs to survive one more such loss.
+/// Returns 1 extended, 2 taken, 0 someone else's.
+pub(crate) const REPAIR: &str = r#"
+local held = redis.call('get', KEYS[1])
+if held == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+if not held and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 2
+end
+return 0
+"#;
+
 /// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the channel. Deletes the key
 /// only if it holds our value, and wakes the waiters: 1 deleted, 0 it was
 /// not ours (already gone, or someone else's now).
@@ -48,6 +66,7 @@ return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}
 pub(crate) struct Scripts {
     pub acquire: Script,
     pub extend: Script,
+    pub repair: Script,
     pub release: Script,
     pub look: Script,
 }
@@ -57,12 +76,13 @@ impl Scripts {
         Scripts {
             acquire: Script::new(ACQUIRE),
             extend: Script::new(EXTEND),
+            repair: Script::new(REPAIR),
             release: Script::new(RELEASE),
             look: Script::new(LOOK),
         }
     }
 
-    pub(crate) fn all(&self) -> [&'static str; 4] {
-        [ACQUIRE, EXTEND, RELEASE, LOOK]
+    pub(crate) fn all(&self) -> [&'static str; 5] {
+        [ACQUIRE, EXTEND, REPAIR, RELEASE, LOOK]
     }
 }

@@ -242,3 +242,71 @@ async fn redlock_on_three_masters() {
     assert!(a50 < Duration::from_millis(20), "acquire p50 {a50:?}");
     assert!(h50 < Duration::from_millis(25), "hand-over p50 {h50:?}");
 }
+
+/// Runs `cmd` on master `i` directly, as an operator (or a restart that
+/// lost the key) would.
+async fn on_master(cluster: &Cluster, i: usize, cmd: &tenure_redis::redis::Cmd) -> i64 {
+    let node = &cluster.nodes()[i];
+    let client =
+        tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    cmd.query_async(&mut c).await.unwrap()
+}
+
+/// Makes the key vanish on master `i` (a master restarted empty, an
+/// eviction), and waits until it has.
+async fn lose_key_on(cluster: &Cluster, i: usize, key: &str) {
+    let stored = format!("{}{key}", RedlockOptions::default().key_prefix);
+    let mut expire = tenure_redis::redis::cmd("PEXPIRE");
+    expire.arg(&stored).arg(1);
+    assert_eq!(
+        on_master(cluster, i, &expire).await,
+        1,
+        "master {i} held no key"
+    );
+    let mut exists = tenure_redis::redis::cmd("EXISTS");
+    exists.arg(&stored);
+    while on_master(cluster, i, &exists).await > 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A lease that lost its key on one master of three rests on the other
+/// two with no spare: one more loss and another candidate assembles a
+/// majority while the holder still believes it leads. A renewal that
+/// reached a majority takes the missing masters back (safe: we hold a
+/// majority, and majorities intersect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_lost_on_one_master_is_taken_again_at_the_next_renewal() {
+    let t = three().await;
+    let other = RedlockBackend::builder(&t.cluster.endpoints())
+        .allow_unfenced()
+        .connect()
+        .await
+        .expect("a second client");
+    let ttl = Duration::from_secs(10);
+    let lease = match t
+        .client
+        .acquire(&candidacy("decay", "a", ttl), AcquireMode::Once)
+        .await
+    {
+        Ok(Acquisition::Granted(lease)) => lease,
+        other => panic!("a was not granted a free key: {other:?}"),
+    };
+    lose_key_on(&t.cluster, 0, "decay").await;
+    let lease = t
+        .client
+        .renew(&lease)
+        .await
+        .expect("a renews on two of three");
+    lose_key_on(&t.cluster, 1, "decay").await;
+    let b = candidacy("decay", "b", ttl);
+    match other.acquire(&b, AcquireMode::Once).await {
+        Ok(Acquisition::Granted(_)) if lease.is_valid() => panic!(
+            "b was granted while a's lease is valid: a's renewal did not take back the master \
+             that had lost its key, and one more loss left it on one master of three"
+        ),
+        Ok(Acquisition::Held(holder)) => assert_eq!(holder.identity.as_str(), "a"),
+        other => panic!("b: {other:?}"),
+    }
+}
