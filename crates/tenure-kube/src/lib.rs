@@ -8,6 +8,7 @@ mod guard;
 mod observe;
 mod own;
 mod record;
+mod renew_time;
 mod url;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use tenure_core::{
@@ -37,6 +39,7 @@ use crate::error::{bounded, refused, Refused, BACKEND};
 use crate::guard::GrantGuard;
 use crate::observe::Observations;
 use crate::record::{Record, Term};
+use crate::renew_time::NewestSecond;
 
 /// Options for [`KubeLeaseBackend`].
 #[derive(Clone, Debug)]
@@ -89,10 +92,17 @@ impl std::fmt::Debug for KubeLeaseBackend {
 /// last wrote it, and the watch of it (own.rs).
 struct Held {
     term: Term,
-    last: Mutex<KubeLease>,
+    last: Mutex<Ours>,
     /// Set before our release: its write is no news for the watch.
     releasing: Arc<AtomicBool>,
     _own: own::OwnLeaseWatch,
+}
+
+/// The Lease as we last wrote (or, after a conflict, read) it, and the
+/// newest renewTime the term has sent (renew_time.rs).
+struct Ours {
+    lease: KubeLease,
+    newest: NewestSecond,
 }
 
 impl KubeLeaseBackend {
@@ -328,7 +338,10 @@ impl KubeLeaseBackend {
         );
         let held = Held {
             term: Term::of(&written),
-            last: Mutex::new(written),
+            last: Mutex::new(Ours {
+                newest: NewestSecond::granted(&written, sent_at),
+                lease: written,
+            }),
             releasing,
             _own: own,
         };
@@ -343,28 +356,34 @@ impl KubeLeaseBackend {
         )
     }
 
-    /// Writes `change(last)` against the last resourceVersion we know; on a
-    /// conflict, re-reads and retries while the Lease is still ours (same
-    /// term: holder, acquireTime, transitions), so a renewal cancelled midway
-    /// cannot make a release fail (kubernetes#131867). `Ok(None)`: the Lease is no longer
-    /// ours (another holder or term, deleted, or released by us already).
+    /// Writes `change(last, renewTime)` against the last resourceVersion we
+    /// know; on a conflict, re-reads and retries while the Lease is still
+    /// ours (same term: holder, acquireTime, transitions), so a renewal
+    /// cancelled midway cannot make a release fail (kubernetes#131867).
+    /// `Ok(Ok(from))`: written, and a deadline counts from `from`, the send
+    /// of the term's first write in the second of its renewTime
+    /// (renew_time.rs). `Ok(Err(_))`: the Lease is no longer ours (another
+    /// holder or term, deleted, or released by us already).
     async fn write_ours(
         &self,
         lease: &Lease,
         operation: &'static str,
-        change: fn(&KubeLease) -> KubeLease,
+        change: fn(&KubeLease, MicroTime) -> KubeLease,
     ) -> Result<std::result::Result<Instant, LossReason>> {
         let held = held(lease)?;
         let name = lease.key().as_str();
         let after = self.timeout(lease.ttl());
         let mut last = held.last.lock().await;
-        if Record::of(&last).holder != lease.holder().as_str() {
+        if Record::of(&last.lease).holder != lease.holder().as_str() {
             // Released already: nothing of ours is left to write.
             return Ok(Err(LossReason::Resigned));
         }
         for _ in 0..3 {
-            let sent_at = Instant::now();
-            let next = change(&last);
+            let renew_time = last.newest.next();
+            let next = change(&last.lease, renew_time.clone());
+            // Counted before the write is sent: a renewal cancelled on its
+            // way may still land.
+            let from = last.newest.sent(&renew_time, Instant::now());
             match bounded(
                 operation,
                 after,
@@ -373,8 +392,8 @@ impl KubeLeaseBackend {
             .await?
             {
                 Ok(written) => {
-                    *last = written;
-                    return Ok(Ok(sent_at));
+                    last.lease = written;
+                    return Ok(Ok(from));
                 }
                 Err(e) => match refused(e) {
                     Refused::NotFound => return Ok(Err(LossReason::Deleted)),
@@ -386,7 +405,7 @@ impl KubeLeaseBackend {
                         if Term::of(&now) != held.term {
                             return Ok(Err(LossReason::TakenOver));
                         }
-                        *last = now;
+                        last.lease = now;
                     }
                 },
             }
@@ -395,6 +414,37 @@ impl KubeLeaseBackend {
             backend: BACKEND,
             source: "the Lease kept changing under us".into(),
         })
+    }
+
+    /// Waits until the wall clock has left the second of the term's newest
+    /// renewTime, so that the renewal is one a client-go peer can tell from
+    /// the write before it (renew_time.rs). A wait that would outlast the
+    /// lease (the wall clock went back) is refused as unavailable: the
+    /// Elector tries again until the deadline.
+    async fn next_second(&self, lease: &Lease) -> Result<()> {
+        let held = held(lease)?;
+        loop {
+            let wait = held.last.lock().await.newest.wait();
+            if wait.is_zero() {
+                return Ok(());
+            }
+            if Instant::now() + wait >= lease.valid_until() {
+                return Err(Error::Unavailable {
+                    backend: BACKEND,
+                    source: format!(
+                        "the wall clock is {wait:?} behind the end of the second of the Lease's \
+                         newest renewTime: a renewal before then is no change to a client-go \
+                         peer, and the lease ends first"
+                    )
+                    .into(),
+                });
+            }
+            tracing::debug!(
+                ?wait,
+                "renewing in the next second of the wall clock: client-go sees renewTime to the second"
+            );
+            tokio::time::sleep(wait).await;
+        }
     }
 
     async fn watch_inner(self, name: String, tx: tokio::sync::mpsc::Sender<Result<LeaderEvent>>) {
@@ -477,7 +527,9 @@ impl HostedBackend for KubeLeaseBackend {
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, false);
-        caps.min_ttl = Duration::from_secs(1);
+        // A lease must outlive a whole second: client-go sees renewals to
+        // the second only (renew_time.rs).
+        caps.min_ttl = Duration::from_secs(2);
         caps.ttl_granularity = Duration::from_secs(1);
         caps.key_rule = KeyRule::Dns1123Subdomain;
         caps.max_key_len = 253;
@@ -499,6 +551,7 @@ impl HostedBackend for KubeLeaseBackend {
             // The lease ran out before it was renewed.
             return Err(Error::lease_lost(lease.key().as_str(), LossReason::Expired));
         }
+        self.next_second(&lease).await?;
         match self
             .write_ours(&lease, "renew lease", record::renewed)
             .await?
@@ -510,7 +563,7 @@ impl HostedBackend for KubeLeaseBackend {
 
     async fn release(&self, lease: Lease) -> Result<()> {
         held(&lease)?.releasing.store(true, Ordering::SeqCst);
-        self.write_ours(&lease, "release lease", record::released)
+        self.write_ours(&lease, "release lease", |last, _| record::released(last))
             .await
             .map(|_| ())
     }

@@ -119,10 +119,10 @@ pub(crate) fn granted(observed: &Lease, holder: &str, ttl: Duration) -> Lease {
     lease
 }
 
-/// `observed` renewed: only renewTime moves.
-pub(crate) fn renewed(observed: &Lease) -> Lease {
+/// `observed` renewed at `renew_time`: only renewTime moves.
+pub(crate) fn renewed(observed: &Lease, renew_time: MicroTime) -> Lease {
     let mut lease = observed.clone();
-    lease.spec.get_or_insert_with(Default::default).renew_time = Some(now());
+    lease.spec.get_or_insert_with(Default::default).renew_time = Some(renew_time);
     lease
 }
 
