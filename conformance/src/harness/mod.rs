@@ -34,6 +34,7 @@ pub mod probe;
 mod servers;
 mod stats;
 mod wait;
+mod zookeeper_nodes;
 
 pub use auth::{EtcdAuth, EtcdTokens};
 pub use cluster::{Cluster, Node, Topology, CLUSTER_READY_TIMEOUT, NODE_READY_TIMEOUT};
@@ -42,3 +43,4 @@ pub use error::{HarnessError, Result};
 pub use image::Image;
 pub use stats::ServerStats;
 pub use wait::{wait_for, POLL_INTERVAL};
+pub use zookeeper_nodes::ZooKeeperNodeSettings;

@@ -19,6 +19,11 @@ pub(crate) struct NodeSpec {
     pub cmd: Vec<String>,
 }
 
+/// A ZooKeeper node's own settings (`NAME=value` lines of the image's
+/// `zookeeper-server` variables), read at every start over the defaults in
+/// [`Kind::spec`]; kept across kill and start with the node's data.
+pub(crate) const ZK_NODE_ENV: &str = "/data/zk-node.env";
+
 /// The name peers use for node `index` on the cluster network.
 pub(crate) fn alias(index: usize) -> String {
     format!("n{}", index + 1)
@@ -97,7 +102,16 @@ impl Kind {
                         "ZK_TICK_TIME=200".to_string(),
                         "ZK_MIN_SESSION_TIMEOUT=400".to_string(),
                     ],
-                    cmd: args(&["zookeeper-server"]),
+                    // The node's own settings, if it has any, over those
+                    // above (see `Cluster::restart_zookeeper_node_with`).
+                    cmd: args(&[
+                        "sh",
+                        "-c",
+                        &format!(
+                            "if [ -r {ZK_NODE_ENV} ]; then set -a; . {ZK_NODE_ENV}; set +a; fi; \
+                             exec zookeeper-server"
+                        ),
+                    ]),
                 }
             }
             Kind::Redis => NodeSpec {
