@@ -80,7 +80,7 @@ async fn round(
             "the observer's client has no link to confine to one node".into(),
         ));
     };
-    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
+    let ttl = cx.ttl();
     let key = cx.new_key();
     let a = Holder::acquire(cx, &ca, &key, "a").await?;
     drop(ca); // a's renewer task owns the only handle on its client
@@ -101,10 +101,12 @@ async fn round(
     let observer = elector(cx, &co, &key, "o")?;
     drop(co);
     let mut watcher = Watcher::observing(&observer);
+    // Not what the case times: a client that can reach one node may try
+    // the others a few times before it finds it.
     watcher
         .until(
             cx,
-            rt,
+            cx.failover_bound(),
             "a's election, the observer's first event",
             elected(cx, "a"),
             |_| false,
