@@ -384,7 +384,11 @@ impl RedlockBackend {
     /// release do not split the masters' votes among them and all back
     /// off (a livelock measured here without it). The others are then asked
     /// in parallel. Safety is Redlock's all the same: a majority must grant.
-    async fn attempt(&self, candidacy: &Candidacy) -> Attempt {
+    ///
+    /// `known` is the value a majority was last seen to hold (a waiter's
+    /// memory across its rounds): a gate that refuses with it is believed
+    /// without looking at the others again.
+    async fn attempt(&self, candidacy: &Candidacy, known: &mut Option<String>) -> Attempt {
         let key = self.redis_key(candidacy.key());
         let value = format!("{}:{}", random_hex(), candidacy.identity().as_str());
         let ttl_ms = candidacy.ttl().as_millis() as u64;
@@ -421,13 +425,28 @@ impl RedlockBackend {
             match call(g).await {
                 (_, Ok(None)) => granted += 1,
                 (_, Ok(Some((holder, left)))) => {
-                    // Refused at the gate: nothing was taken anywhere.
-                    undo.armed = false;
-                    return Attempt::NotGranted {
-                        holder: Some(holder),
-                        free_in: Some(left),
-                        failures,
-                    };
+                    // Refused at the gate: a hint only. The key there may be
+                    // an orphan (a release or an undo that missed it, a key
+                    // set by hand) while a majority is free.
+                    let confirmed = known.as_deref() == Some(holder.as_str())
+                        || self.held_by_majority(&key, &holder, g, timeout).await;
+                    if confirmed {
+                        *known = Some(holder.clone());
+                        // Nothing was taken anywhere.
+                        undo.armed = false;
+                        return Attempt::NotGranted {
+                            holder: Some(holder),
+                            free_in: Some(left),
+                            failures,
+                        };
+                    }
+                    tracing::debug!(
+                        master = %self.inner.masters[g].addr,
+                        key,
+                        "the first master's key is held nowhere else; asking the others"
+                    );
+                    refused += 1;
+                    holders.push((holder, left));
                 }
                 (m, Err(e)) => failures.push(format!("{}: {e}", m.addr)),
             }
@@ -508,6 +527,51 @@ impl RedlockBackend {
         }
     }
 
+    /// Whether `value`, found on master `gate`, is held by a majority: the
+    /// other masters are looked at (read only), and where they fall short,
+    /// looked at again after as long as that took, since a candidate that
+    /// won the gate a moment ago may still be taking the others.
+    async fn held_by_majority(
+        &self,
+        key: &str,
+        value: &str,
+        gate: usize,
+        timeout: Duration,
+    ) -> bool {
+        let mut pause = None;
+        loop {
+            let started = Instant::now();
+            let looks: FuturesUnordered<_> = self
+                .inner
+                .masters
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != gate)
+                .map(|(_, m)| async move {
+                    let look = self.inner.scripts.look.key(key);
+                    m.invoke(&look, timeout).await
+                })
+                .collect();
+            let answers: Vec<_> = looks.collect().await;
+            let holding = 1 + answers
+                .into_iter()
+                .filter(|answer| match answer {
+                    Ok(Value::Array(items)) => matches!(
+                        items.first(),
+                        Some(Value::BulkString(held)) if held.as_slice() == value.as_bytes()
+                    ),
+                    _ => false,
+                })
+                .count();
+            if holding >= self.inner.quorum || pause.is_some() {
+                return holding >= self.inner.quorum;
+            }
+            let took = started.elapsed().max(Duration::from_millis(1));
+            pause = Some(took);
+            tokio::time::sleep(took).await;
+        }
+    }
+
     /// Runs `RELEASE` for `value` on every master, for at most `timeout`
     /// each; how many deleted it or no longer had it, and what failed.
     async fn release_everywhere(
@@ -542,8 +606,9 @@ impl RedlockBackend {
         let key = self.redis_key(candidacy.key());
         let timeout = self.node_timeout(candidacy.ttl());
         let mut wake = self.subscribe(&key, timeout).await;
+        let mut known = None;
         loop {
-            let pause = match self.attempt(candidacy).await {
+            let pause = match self.attempt(candidacy, &mut known).await {
                 Attempt::Granted(lease) => return Ok(Acquisition::Granted(lease)),
                 // Held: try again when a majority should be free, or at a
                 // release message, whichever comes first.
@@ -857,7 +922,7 @@ impl HostedBackend for RedlockBackend {
     async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         match mode {
             AcquireMode::Wait => self.acquire_waiting(&candidacy).await,
-            AcquireMode::Once => match self.attempt(&candidacy).await {
+            AcquireMode::Once => match self.attempt(&candidacy, &mut None).await {
                 Attempt::Granted(lease) => Ok(Acquisition::Granted(lease)),
                 Attempt::NotGranted {
                     holder: Some(holder),
