@@ -337,7 +337,10 @@ impl RedlockBackend {
                 .masters
                 .iter()
                 .map(|m| async move {
-                    let look = this.inner.scripts.look.key("tenure:connect-check");
+                    // A key under the prefix: a user whose ACL allows only
+                    // those (`~<prefix>*`) must be able to connect.
+                    let check = format!("{}connect-check", this.inner.options.key_prefix);
+                    let look = this.inner.scripts.look.key(check.as_str());
                     (m, m.invoke(&look, timeout).await)
                 })
                 .collect();

@@ -347,3 +347,46 @@ async fn an_orphan_key_on_the_first_master_alone_does_not_block_a_campaign() {
         started.elapsed()
     );
 }
+
+/// A user whose Redis ACL allows only the keys (and channels) under the
+/// configured prefix can connect and campaign: nothing tenure touches lies
+/// outside it, the connect check included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_limited_to_the_key_prefix_can_connect_and_campaign() {
+    let cluster = Cluster::start(Topology::Redis { masters: 1 })
+        .await
+        .expect("a redis master");
+    let node = &cluster.nodes()[0];
+    let admin = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
+    let mut c = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = tenure_redis::redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("jobs")
+        .arg("on")
+        .arg(">secret")
+        .arg("~jobs:*")
+        .arg("&jobs:*")
+        .arg("+@all")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut options = RedlockOptions::default();
+    options.key_prefix = "jobs:".into();
+    let client = RedlockBackend::builder(&[node.endpoint()])
+        .allow_unfenced()
+        .password(Some("jobs".into()), "secret")
+        .options(options)
+        .connect()
+        .await
+        .expect("a user limited to jobs:* connects");
+    match client
+        .acquire(
+            &candidacy("billing", "a", Duration::from_secs(2)),
+            AcquireMode::Once,
+        )
+        .await
+    {
+        Ok(Acquisition::Granted(_)) => {}
+        other => panic!("a campaign under the user's prefix: {other:?}"),
+    }
+}
