@@ -280,3 +280,36 @@ async fn killed_server_restarts_on_its_port_and_kube_client_reaches_it() {
     let lease = api.get("k").await.unwrap();
     assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("x"));
 }
+
+/// The knob for answers that may follow a committed write: the next write
+/// is committed to etcd, then answered with the chosen status (here 504
+/// as kube-apiserver's timeout filter words it, then 500 as its etcd
+/// client's "request timed out"); the writes after it are answered as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_answered_with_an_error_after_commit_is_committed() {
+    let f = fixture().await;
+    f.server.answer_next_write_after_commit(
+        504,
+        "Timeout: request did not complete within requested timeout - context deadline exceeded",
+    );
+    let answer = f.post(&lease("m", "x", 2, 0)).await;
+    assert_status(&answer, 504, "Timeout");
+    let (code, created) = f.get("m").await;
+    assert_eq!(code, 200, "the create answered 504 was not committed");
+    assert_eq!(created["spec"]["holderIdentity"], "x");
+
+    f.server
+        .answer_next_write_after_commit(500, "etcdserver: request timed out");
+    let mut next = created.clone();
+    next["spec"]["holderIdentity"] = json!("y");
+    assert_status(&f.put("m", &next).await, 500, "InternalError");
+    let (_, updated) = f.get("m").await;
+    assert_eq!(updated["spec"]["holderIdentity"], "y");
+    assert!(rv(&updated).parse::<i64>().unwrap() > rv(&created).parse::<i64>().unwrap());
+
+    // Only the next write: the one after it is answered as usual.
+    next = updated.clone();
+    next["spec"]["holderIdentity"] = json!("z");
+    let (code, written) = f.put("m", &next).await;
+    assert_eq!(code, 200, "{written}");
+}

@@ -153,7 +153,10 @@ async fn create(State(store): State<Store>, Path(ns): Path<String>, body: Bytes)
     let uid = format!("{:032x}", rand::random::<u128>());
     object["metadata"]["uid"] = json!(uid);
     match store.create(&ns, &name, &object).await {
-        Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
+        Ok(created) => store
+            .faults()
+            .after_commit()
+            .unwrap_or_else(|| (StatusCode::CREATED, Json(created)).into_response()),
         Err(e) => write_failure(e, &name),
     }
 }
@@ -198,14 +201,20 @@ async fn update(
         return status::bad_request(format!("invalid resourceVersion {rv:?}"));
     };
     match store.update(&ns, &name, rv, &object).await {
-        Ok(updated) => Json(updated).into_response(),
+        Ok(updated) => store
+            .faults()
+            .after_commit()
+            .unwrap_or_else(|| Json(updated).into_response()),
         Err(e) => write_failure(e, &name),
     }
 }
 
 async fn remove(State(store): State<Store>, Path((ns, name)): Path<(String, String)>) -> Response {
     match store.delete(&ns, &name).await {
-        Ok(object) => Json(object).into_response(),
+        Ok(object) => store
+            .faults()
+            .after_commit()
+            .unwrap_or_else(|| Json(object).into_response()),
         Err(e) => write_failure(e, &name),
     }
 }

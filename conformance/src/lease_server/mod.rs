@@ -14,6 +14,7 @@
 //! drops every connection at once, as a killed apiserver does.
 
 mod api;
+mod faults;
 mod kubeconfig;
 mod status;
 mod store;
@@ -56,6 +57,7 @@ pub struct LeaseServer {
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
     expired: Arc<tokio::sync::watch::Sender<u64>>,
+    faults: Arc<faults::Faults>,
     running: Mutex<Option<Running>>,
 }
 
@@ -75,6 +77,7 @@ impl LeaseServer {
         let writes = Arc::new(AtomicU64::new(0));
         let served = Arc::new(AtomicU64::new(0));
         let expired = Arc::new(tokio::sync::watch::Sender::new(0));
+        let faults = Arc::new(faults::Faults::default());
         let (running, addr) = run(
             endpoints.clone(),
             "127.0.0.1:0".parse().unwrap(),
@@ -82,12 +85,14 @@ impl LeaseServer {
                 writes: writes.clone(),
                 served: served.clone(),
                 expired: expired.clone(),
+                faults: faults.clone(),
             },
         )
         .await?;
         Ok(LeaseServer {
             endpoints,
             addr,
+            faults,
             writes,
             served,
             expired,
@@ -132,6 +137,19 @@ impl LeaseServer {
         Ok(())
     }
 
+    /// The next write (create, update or delete) is committed to etcd, then
+    /// answered with `code` (a `Status` with `message`) instead of its
+    /// result: what kube-apiserver answers when etcd applied a write but
+    /// its answer did not come back in time (500 "etcdserver: request
+    /// timed out", "etcdserver: leader changed"), or a load balancer in
+    /// front of it that gave up (502, 503, 504). A client cannot tell such
+    /// a write from one that never happened.
+    pub fn answer_next_write_after_commit(&self, code: u16, message: &str) {
+        let code = axum::http::StatusCode::from_u16(code).expect("an HTTP status code");
+        self.faults
+            .answer_next_write_after_commit(code, message.to_owned());
+    }
+
     /// Kills the server: every connection and watch drops at once.
     pub fn kill(&self) {
         drop(self.running.lock().unwrap().take());
@@ -147,6 +165,7 @@ impl LeaseServer {
                 writes: self.writes.clone(),
                 served: self.served.clone(),
                 expired: self.expired.clone(),
+                faults: self.faults.clone(),
             },
         )
         .await?;
@@ -176,6 +195,7 @@ struct Counters {
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
     expired: Arc<tokio::sync::watch::Sender<u64>>,
+    faults: Arc<faults::Faults>,
 }
 
 async fn run(
@@ -187,6 +207,7 @@ async fn run(
         writes,
         served,
         expired,
+        faults,
     } = counters;
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
@@ -214,7 +235,7 @@ async fn run(
                     }
                 };
                 let _ = ready_tx.send(Ok(listener.local_addr()));
-                let store = store::Store::new(client, writes, served, expired);
+                let store = store::Store::new(client, writes, served, expired, faults);
                 let app = api::router(store);
                 tokio::select! {
                     _ = axum::serve(listener, app) => {}

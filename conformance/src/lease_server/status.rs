@@ -36,6 +36,25 @@ pub(crate) fn failure(
     (code, Json(body)).into_response()
 }
 
+/// The `reason` kube-apiserver gives a failure with `code`
+/// (apimachinery's `StatusReason`s).
+pub(crate) fn reason_for(code: StatusCode) -> &'static str {
+    match code.as_u16() {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        410 => "Expired",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "Unknown",
+    }
+}
+
 /// 404 NotFound.
 pub(crate) fn not_found(name: &str) -> Response {
     failure(

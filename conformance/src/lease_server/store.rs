@@ -9,6 +9,8 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use serde_json::Value;
 
+use super::faults::Faults;
+
 /// Why a write did not happen.
 pub(crate) enum WriteError {
     /// The object exists (create).
@@ -33,6 +35,7 @@ pub(crate) struct Store {
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
     expired: Arc<tokio::sync::watch::Sender<u64>>,
+    faults: Arc<Faults>,
 }
 
 /// The etcd key of a Lease.
@@ -103,13 +106,20 @@ impl Store {
         writes: Arc<AtomicU64>,
         served: Arc<AtomicU64>,
         expired: Arc<tokio::sync::watch::Sender<u64>>,
+        faults: Arc<Faults>,
     ) -> Store {
         Store {
             client,
             writes,
             served,
             expired,
+            faults,
         }
+    }
+
+    /// The answers tests set ([`Faults`]).
+    pub(crate) fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// Changes when every open watch is to end with 410 Gone

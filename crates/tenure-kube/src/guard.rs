@@ -13,8 +13,9 @@ use crate::error::{bounded, refused, Refused};
 use crate::record::{self, Term};
 
 /// Armed while a granting write (create or take-over) is on its way. Dropped
-/// armed (the acquire's future was dropped before the answer was read, or
-/// the answer was lost to a deadline or a broken connection), it starts a
+/// armed (the acquire's future was dropped before the answer was read, the
+/// answer was lost to a deadline or a broken connection, or it was one that
+/// may follow a committed write, see [`answered`](GrantGuard::answered)), it starts a
 /// cleanup ([`tenure_core::hosted::spawn_cleanup`]) that reads the Lease
 /// and, if it records the term that write would have started (our identity,
 /// our acquireTime, our transitions), releases it with a compare-and-swap.
@@ -45,8 +46,29 @@ impl GrantGuard {
     }
 
     /// The server's answer was read: whatever it said, the caller knows.
-    pub fn disarm(mut self) {
+    fn disarm(mut self) {
         self.armed = None;
+    }
+
+    /// Stands down if `answer` says for certain what became of the write:
+    /// a success, or a refusal made before anything was written (400 bad
+    /// request, 403 forbidden, 404 not found, 409 conflict, 422 invalid).
+    /// Any other answer may follow a committed write: kube-apiserver answers
+    /// 500 ("etcdserver: request timed out", "etcdserver: leader changed")
+    /// when etcd applied it but did not answer in time, and a load balancer
+    /// in front of it 502, 503 or 504 after the apiserver went on; then the
+    /// guard stays armed, and its drop looks.
+    pub fn answered(self, answer: &Result<Lease, kube::Error>) {
+        let definite = match answer {
+            Ok(_) => true,
+            Err(kube::Error::Api(response)) => {
+                matches!(response.code, 400 | 403 | 404 | 409 | 422)
+            }
+            Err(_) => false,
+        };
+        if definite {
+            self.disarm();
+        }
     }
 }
 

@@ -501,16 +501,16 @@ impl KubeLeaseBackend {
     }
 }
 
-/// The answer of a granting write, read: its guard stands down. A write
-/// that got no answer (a deadline, a broken connection) keeps the guard
+/// The answer of a granting write, read: its guard stands down if the
+/// answer says for certain what became of the write. A write that got no
+/// answer (a deadline, a broken connection), or one that may follow a
+/// committed write (a 5xx, a 504 from a load balancer), keeps the guard
 /// armed, so it is dropped armed and releases the Lease if the write landed.
 fn answered(
     guard: GrantGuard,
     answer: std::result::Result<KubeLease, kube::Error>,
 ) -> std::result::Result<KubeLease, kube::Error> {
-    if matches!(answer, Ok(_) | Err(kube::Error::Api(_))) {
-        guard.disarm();
-    }
+    guard.answered(&answer);
     answer
 }
 

@@ -563,3 +563,60 @@ async fn a_waiting_candidate_waits_through_a_broken_connection() {
         .await
         .unwrap();
 }
+
+/// A take-over committed in etcd but answered with an error (kube-apiserver's
+/// 500 "etcdserver: request timed out" or "leader changed", a load
+/// balancer's 502/503/504) leaves a Lease naming a candidate that does not
+/// know it leads. Only a 2xx or a definite refusal (400, 403, 404, 409,
+/// 422) tells that candidate what became of its write; after any other
+/// answer the grant guard looks, and releases what landed, so a standby
+/// leads at once instead of waiting out a TTL nobody renews.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_standby_at_once() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let (a, b) = (env.backend().await, env.backend().await);
+    // The Lease exists and is free: a's grant is one take-over.
+    let first = hold(&a, "maybe-applied", "a").await;
+    a.release(&first).await.unwrap();
+
+    env.server.answer_next_write_after_commit(
+        504,
+        "Timeout: request did not complete within requested timeout - context deadline exceeded",
+    );
+    let answer = a
+        .acquire(&candidacy("maybe-applied", "a"), AcquireMode::Once)
+        .await;
+    let answered = Instant::now();
+    let error = answer
+        .map(|_| ())
+        .expect_err("a's take-over was answered 504");
+    assert!(error.is_retryable(), "a 504 is not retryable: {error}");
+    let written = spec(&raw, "maybe-applied").await;
+    assert_eq!(
+        written.holder_identity.as_deref(),
+        Some("a"),
+        "the take-over answered 504 did not commit: {written:?}"
+    );
+
+    let waiting = tokio::spawn({
+        let (b, wants) = (b.clone(), candidacy("maybe-applied", "b"));
+        async move {
+            let granted = b.acquire(&wants, AcquireMode::Wait).await;
+            (granted, Instant::now())
+        }
+    });
+    let (granted, at) = timeout(TTL * 2, waiting)
+        .await
+        .expect("b was not granted within two TTLs")
+        .unwrap();
+    let lease = granted.expect("b's acquire").granted().expect("b granted");
+    let took = at - answered;
+    eprintln!("from a's 504 to b's grant: {took:?}");
+    assert!(
+        took <= Duration::from_millis(500),
+        "b was granted {took:?} after a's take-over was answered 504 (committed): \
+         the Lease named a, and nobody renewed or released it"
+    );
+    b.release(&lease).await.unwrap();
+}
