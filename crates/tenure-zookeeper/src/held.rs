@@ -10,7 +10,9 @@
 //! reached the server after the renewal was sent.
 //!
 //! Each held lease also watches its node ([`own`](crate::own)), so that a
-//! deletion by anyone else ends the lease at once.
+//! deletion by anyone else ends the lease at once, and counts on its
+//! session's [terms](crate::terms), so that a server giving the session a
+//! shorter timeout than the TTL ends the lease at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use tokio::time::Instant;
 use crate::latch;
 use crate::own::{self, OwnNodeWatch};
 use crate::session::{Claim, Session};
+use crate::terms::Counting;
 use crate::Settings;
 
 /// What a tenure lease on ZooKeeper carries: the session, not a client of
@@ -36,6 +39,8 @@ pub(crate) struct Held {
     expiry: AbortHandle,
     /// Watches our node while the lease lives (stops with its last handle).
     own: OwnNodeWatch,
+    /// Ends the lease should a server shrink the session (while it lives).
+    _counting: Counting,
 }
 
 /// Guarded by one lock, which a renewal holds for its whole request, so the
@@ -56,7 +61,8 @@ impl Held {
     /// Starts the expiry timer of a node granted by a request sent at
     /// `sent_at`; the timer keeps the candidacy's claim on the node until
     /// the node is gone (or the session is). And starts watching the node:
-    /// deleted by anyone else, `signal` fires.
+    /// deleted by anyone else, `signal` fires; so it does if a server gives
+    /// the session a shorter timeout than the TTL (or gave it already).
     pub(crate) fn new(
         session: Arc<Session>,
         claim: Claim,
@@ -71,6 +77,7 @@ impl Held {
             ended: false,
             we_delete: false,
         }));
+        let counting = session.terms().count_on(signal.clone());
         let own = own::watch(
             session.clone(),
             node,
@@ -96,6 +103,7 @@ impl Held {
             state,
             expiry,
             own,
+            _counting: counting,
         }
     }
 

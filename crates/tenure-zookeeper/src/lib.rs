@@ -7,7 +7,10 @@ mod error;
 mod held;
 mod latch;
 mod own;
+mod probe;
+mod relay;
 mod session;
+mod terms;
 mod url;
 mod watch;
 
@@ -37,9 +40,11 @@ pub struct ZooKeeperOptions {
     /// `new LeaderLatch(client, "/billing", id)` joins it. Created on demand.
     pub base_path: String,
     /// The session timeout, and so every candidacy's TTL (default 10 s). It
-    /// must lie within the server's `minSessionTimeout..=maxSessionTimeout`
-    /// (by default 2x..=20x its tickTime); `connect` refuses one the server
-    /// would change.
+    /// must lie within every server's `minSessionTimeout..=maxSessionTimeout`
+    /// (by default 2x..=20x its tickTime); `connect` refuses one any server
+    /// would change, and a session that a server gives less later (a rolling
+    /// config change) ends its leases at once (see the crate's README,
+    /// "Servers must agree on the session timeout").
     pub session_timeout: Duration,
     /// An authentication (`scheme`, `credentials`), e.g. `("digest", b"user:pw")`.
     pub auth: Option<(String, Vec<u8>)>,
@@ -147,8 +152,13 @@ impl std::fmt::Debug for ZooKeeperBackend {
 
 impl ZooKeeperBackend {
     /// Connects to the ensemble at `connect_string` (`"host:2181,host:2182"`)
-    /// and opens the session; a session timeout the server would change is an
-    /// [`Error::InvalidArgument`] naming `session_timeout`.
+    /// and opens the session; a session timeout any server would change is
+    /// an [`Error::InvalidArgument`] naming `session_timeout` and the server.
+    /// Every server is asked first, with a session of its own opened and
+    /// closed again; the session's client then reaches the servers through a
+    /// relay in this process, which ends the session's leases should a
+    /// server give it less than asked for at a reconnect (see the crate's
+    /// README, "Servers must agree on the session timeout").
     ///
     /// The session is driven by tenure's heartbeat thread, so an application
     /// runtime whose workers are all busy cannot stall its pings.
@@ -196,7 +206,8 @@ impl ZooKeeperBackend {
             ));
         }
         let base_path = normalize_base(&options.base_path)?;
-        let sessions = Arc::new(Sessions::new(connect_string.to_owned(), options.clone()));
+        let servers = relay::servers(connect_string)?;
+        let sessions = Arc::new(Sessions::new(servers, options.clone()));
         let first = sessions.clone();
         tenure_core::heartbeat_runtime()
             .spawn(async move { first.client().await.map(drop) })
@@ -242,7 +253,9 @@ impl ZooKeeperBackend {
     /// zookeeper-client closes a session when its last `Client` is dropped:
     /// while you hold this one, [`LeaseBackend::close`](tenure_core::LeaseBackend::close)
     /// cannot close the session (it ends tenure's own use of it and waits a
-    /// request timeout for the close).
+    /// request timeout for the close). It reaches the servers through the
+    /// backend's relay (`127.0.0.1` addresses), which stops listening once
+    /// the backend has replaced the session.
     pub async fn client(&self) -> Result<Client> {
         let sessions = self.sessions.clone();
         tenure_core::on_heartbeat_runtime(BACKEND, async move { sessions.client().await }).await
@@ -382,10 +395,11 @@ impl HostedBackend for ZooKeeperBackend {
             return Err(Error::lease_lost(lease.key().as_str(), LossReason::Expired));
         }
         let client = match held.session.client() {
-            Ok(client) if !client.state().is_terminated() => client,
+            Ok(client) if !client.state().is_terminated() && !held.session.ended() => client,
             _ => {
                 state.ended = true;
-                // The ZooKeeper session ended or was closed.
+                // The ZooKeeper session ended, was closed, or a server gave
+                // it a shorter timeout than the TTL (see `terms`).
                 return Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked));
             }
         };

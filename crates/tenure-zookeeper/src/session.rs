@@ -1,5 +1,6 @@
 //! The backend's one ZooKeeper session, replaced by a new one once it ends:
-//! the candidacies that live on it, and a close that ends it.
+//! the candidacies that live on it, the timeout its servers grant it, and a
+//! close that ends it.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -12,22 +13,27 @@ use zookeeper_client::{Client, StateWatcher};
 
 use crate::error::{map, unavailable, BACKEND};
 use crate::latch;
+use crate::probe;
+use crate::relay::Relay;
+use crate::terms::Terms;
 use crate::ZooKeeperOptions;
 
 /// The current session. Every election of the backend shares it; once the
-/// server expires it (or it fails authentication, or is closed), the next
-/// operation opens a new one, and nodes of the old one are never reused.
+/// server expires it (or it fails authentication, or a server gives it a
+/// shorter timeout than asked for, or it is closed), the next operation
+/// opens a new one, and nodes of the old one are never reused.
 #[derive(Debug)]
 pub(crate) struct Sessions {
-    connect_string: String,
+    /// The servers of the connect string (see [`crate::relay::servers`]).
+    servers: Vec<Arc<str>>,
     options: ZooKeeperOptions,
     current: Mutex<Option<Arc<Session>>>,
 }
 
 impl Sessions {
-    pub(crate) fn new(connect_string: String, options: ZooKeeperOptions) -> Self {
+    pub(crate) fn new(servers: Vec<Arc<str>>, options: ZooKeeperOptions) -> Self {
         Sessions {
-            connect_string,
+            servers,
             options,
             current: Mutex::new(None),
         }
@@ -39,7 +45,8 @@ impl Sessions {
         if let Some(session) = current.as_ref().filter(|s| !s.ended()) {
             return Ok(session.clone());
         }
-        let session = Arc::new(Session::new(self.connect().await?));
+        let (client, relay, terms) = self.connect().await?;
+        let session = Session::start(client, relay, terms, self.close_bound());
         *current = Some(session.clone());
         Ok(session)
     }
@@ -56,8 +63,15 @@ impl Sessions {
         current.as_ref().filter(|s| !s.ended()).map(|s| s.id)
     }
 
-    async fn connect(&self) -> Result<Client> {
+    /// Opens a session: first asks every server what it would give it
+    /// ([`probe::check`]), then connects through a [`Relay`], which reports
+    /// every server's grant to the session's [`Terms`] from then on.
+    async fn connect(&self) -> Result<(Client, Relay, Arc<Terms>)> {
         let requested = self.options.session_timeout;
+        let patience = connection_timeout(requested);
+        probe::check(&self.servers, &self.options, patience).await?;
+        let terms = Terms::new(requested);
+        let relay = Relay::start(&self.servers, terms.clone(), patience)?;
         // With a connection timeout of a third of the session timeout (see
         // `connection_timeout`), the client pings after an eighth of it
         // without sending anything, checked every 24th: the servers hear
@@ -66,11 +80,11 @@ impl Sessions {
         // `an_idle_session_is_heard_from_at_least_every_sixth_of_its_timeout`).
         let mut connector = Client::connector()
             .with_session_timeout(requested)
-            .with_connection_timeout(connection_timeout(requested));
+            .with_connection_timeout(patience);
         if let Some((scheme, auth)) = &self.options.auth {
             connector = connector.with_auth(scheme, auth);
         }
-        let connect = connector.connect(&self.connect_string);
+        let connect = connector.connect(relay.connect_string());
         let client = match tokio::time::timeout(
             self.options.request_timeout.max(requested),
             connect,
@@ -87,21 +101,20 @@ impl Sessions {
         };
         let negotiated = client.session_timeout();
         if negotiated != requested {
-            return Err(Error::invalid(
-                "session_timeout",
-                format!(
-                    "ZooKeeper negotiated {negotiated:?} for the requested {requested:?}: \
-                     the server allows minSessionTimeout..=maxSessionTimeout (by default \
-                     2x..=20x its tickTime); ask for a timeout within those bounds"
-                ),
-            ));
+            // A server the probe could not reach, or one whose
+            // configuration changed since.
+            let server = terms
+                .last_granted()
+                .map_or_else(|| "(unknown)".into(), |(server, _)| server);
+            return Err(probe::refusal(&server, negotiated, requested));
         }
         tracing::debug!(
             backend = BACKEND,
             session = client.session_id().0,
+            server = terms.last_granted().map(|(s, _)| s).as_deref(),
             "ZooKeeper session established"
         );
-        Ok(client)
+        Ok((client, relay, terms))
     }
 
     /// Closes the open session, if any, and waits (at most a request
@@ -111,11 +124,14 @@ impl Sessions {
         let Some(session) = self.current.lock().await.take() else {
             return;
         };
-        let bound = self
-            .options
+        session.close(self.close_bound()).await;
+    }
+
+    /// How long a close waits for the client to report the session closed.
+    fn close_bound(&self) -> Duration {
+        self.options
             .request_timeout
-            .min(self.options.session_timeout);
-        session.close(bound).await;
+            .min(self.options.session_timeout)
     }
 
     /// The session timeout every session is opened with.
@@ -161,6 +177,12 @@ pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
 /// It also knows which of its nodes live candidacies still track (see
 /// [`Claim`]): any other candidate node the session owns is a withdrawal that
 /// never landed, and the next look at its election deletes it.
+///
+/// Its client reaches the servers through a [`Relay`], which reports each
+/// server's grant to its [`Terms`]: should one give the session less than
+/// asked for, the leases counting on it end at once (see [`crate::terms`])
+/// and the session closes itself, so that the next operation opens a new
+/// one, whose [probe](crate::probe) names the server.
 #[derive(Debug)]
 pub(crate) struct Session {
     id: i64,
@@ -169,17 +191,47 @@ pub(crate) struct Session {
     closing: watch::Sender<bool>,
     /// The node-name prefixes (`_c_<uuid>-latch-`) of live candidacies.
     claimed: std::sync::Mutex<HashSet<String>>,
+    terms: Arc<Terms>,
+    /// Listens for the client while the session lives.
+    _relay: Relay,
 }
 
 impl Session {
-    fn new(client: Client) -> Session {
-        Session {
+    /// The session of `client` (connected through `relay`), which closes
+    /// itself (waiting at most `close_bound`) once a server gives it a
+    /// shorter timeout than asked for.
+    fn start(
+        client: Client,
+        relay: Relay,
+        terms: Arc<Terms>,
+        close_bound: Duration,
+    ) -> Arc<Session> {
+        let session = Arc::new(Session {
             id: client.session_id().0,
             state: client.state_watcher(),
             client: std::sync::Mutex::new(Some(client)),
             closing: watch::Sender::new(false),
             claimed: Default::default(),
-        }
+            terms: terms.clone(),
+            _relay: relay,
+        });
+        let (watched, mut closing) = (Arc::downgrade(&session), session.closing.subscribe());
+        // Ends with the session (closed, or dropped) unless it shrinks first.
+        tenure_core::heartbeat_runtime().spawn(async move {
+            let shrunk = tokio::select! {
+                _ = closing.wait_for(|closed| *closed) => false,
+                _ = terms.shrunk() => true,
+            };
+            if let Some(session) = watched.upgrade().filter(|_| shrunk) {
+                session.close(close_bound).await;
+            }
+        });
+        session
+    }
+
+    /// What the servers granted the session, and the leases counting on it.
+    pub(crate) fn terms(&self) -> &Arc<Terms> {
+        &self.terms
     }
 
     /// The session id.
@@ -197,9 +249,12 @@ impl Session {
             .ok_or_else(|| unavailable("the ZooKeeper session was closed"))
     }
 
-    /// Whether the session ended: closed, expired, or failed authentication.
+    /// Whether the session ended: closed, expired, failed authentication, or
+    /// given a shorter timeout than asked for (it closes itself then).
     pub(crate) fn ended(&self) -> bool {
-        *self.closing.borrow() || self.state.peek_state().is_terminated()
+        *self.closing.borrow()
+            || self.state.peek_state().is_terminated()
+            || self.terms.shrink().is_some()
     }
 
     /// Runs `work` unless (or until) the session is closed: `None` then, and

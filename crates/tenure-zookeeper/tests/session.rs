@@ -1,5 +1,6 @@
 //! The backend's ZooKeeper session: how often an idle one talks to the
-//! servers (the expiry lead counts on it), and how `close` ends it.
+//! servers (the expiry lead counts on it), how `close` ends it, and what
+//! happens when a server gives it a shorter timeout than asked for.
 
 mod common;
 
@@ -8,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{candidacy_with_ttl, children, connect_to, owned_by, plain, zookeeper, TTL};
-use tenure_core::{AcquireMode, LeaseBackend};
+use tenure_conformance::harness::{wait_for, Cluster, Topology, ZooKeeperNodeSettings};
+use tenure_conformance::proxy::Mode;
+use tenure_conformance::ProxyLink;
+use tenure_core::{AcquireMode, Error, LeaseBackend};
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -187,4 +191,326 @@ async fn close_deletes_every_node_of_the_session_and_a_standby_leads_at_once() {
     assert!(a.renew(&lease).await.is_err_and(|e| e.is_lease_lost()));
     assert_eq!(children(&zk, "/closing-queue").await.len(), 1);
     c.release(&before).await.unwrap();
+}
+
+/// The session timeout of the shrink lessons: 2 s, whose leases stay valid
+/// for 1.43 s after a renewal (less the drift margin and the expiry lead).
+const SHRINK_TTL: Duration = Duration::from_secs(2);
+
+/// What the ensemble's node 2 (index 1) allows at most in those lessons:
+/// less than [`SHRINK_TTL`], so a session that reconnects to it is given this.
+const SHRUNK: Duration = Duration::from_millis(600);
+
+/// "Node 2", the node with a lower `maxSessionTimeout`, of the first shrink
+/// lesson's 3-node ensemble (the second picks a follower).
+const LOW: usize = 1;
+
+/// A through a fault proxy to every node of `cluster` (index order), B
+/// direct to the two nodes other than `low`, whose own sessions nothing
+/// shrinks.
+async fn shrink_clients(
+    cluster: &Cluster,
+    low: usize,
+) -> (Arc<ProxyLink>, String, Arc<ZooKeeperBackend>) {
+    let servers: Vec<_> = cluster.nodes().iter().map(|n| n.addr()).collect();
+    let (link, addrs) = ProxyLink::start_all(&servers).await.unwrap();
+    let proxied: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    let others: Vec<String> = (0..3)
+        .filter(|&i| i != low)
+        .map(|i| cluster.endpoints()[i].clone())
+        .collect();
+    let direct = others.join(",");
+    let b = ZooKeeperBackend::connect(&direct, shrink_options())
+        .await
+        .expect("b connects to the generous nodes");
+    (link, proxied.join(","), Arc::new(b))
+}
+
+fn shrink_options() -> tenure_zookeeper::ZooKeeperOptions {
+    common::options().with_session_timeout(SHRINK_TTL)
+}
+
+/// B's campaign: the instant it was granted (or its error).
+fn standby(
+    b: &Arc<ZooKeeperBackend>,
+    key: &str,
+) -> tokio::task::JoinHandle<tenure_core::Result<Instant>> {
+    let (b, wants) = (b.clone(), candidacy_with_ttl(key, "b", SHRINK_TTL));
+    tokio::spawn(async move {
+        let granted = b.acquire(&wants, AcquireMode::Wait).await?;
+        let at = Instant::now();
+        assert!(granted.granted().is_some(), "b was not granted");
+        Ok(at)
+    })
+}
+
+/// Sets every proxy of `link` but node `keep`'s to `mode`.
+fn cut_all_but(link: &ProxyLink, keep: usize, mode: Mode) {
+    for (i, proxy) in link.proxies().iter().enumerate() {
+        if i != keep {
+            proxy.set(mode);
+        }
+    }
+}
+
+/// Cuts A's links to every node but node 2 (`low`; resets: its connection drops at
+/// once) and renews until a renewal is answered, which must have gone
+/// through node 2: the renewed lease, or the renewal's error once it is
+/// not retryable (the lease lost).
+async fn through_node_2_only(
+    a: &ZooKeeperBackend,
+    link: &ProxyLink,
+    low: usize,
+    lease: &tenure_core::Lease,
+) -> tenure_core::Result<tenure_core::Lease> {
+    let before = link.proxies()[low].connections_opened();
+    cut_all_but(link, low, Mode::Reset);
+    let others_closed = || {
+        link.proxies()
+            .iter()
+            .enumerate()
+            .all(|(i, p)| i == low || p.open_connections() == 0)
+    };
+    wait_for("a's other links reset", Duration::from_secs(5), || async {
+        others_closed().then_some(())
+    })
+    .await
+    .unwrap();
+    let renewed = wait_for(
+        "a renewal answered through node 2",
+        Duration::from_secs(10),
+        || async {
+            match a.renew(lease).await {
+                Err(e) if e.is_retryable() => None,
+                other => Some(other),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        link.proxies()[low].connections_opened() > before,
+        "a's session never connected through node 2"
+    );
+    // The other nodes pass on what they heard of the session before the
+    // cut (with the timeout they gave it) in their answers to the quorum
+    // leader's next ping, which may come after node 2's: let that pass, so
+    // that the lease below counts from a renewal after it.
+    let renewed = renewed?;
+    tokio::time::sleep(common::TICK * 2).await;
+    a.renew(&renewed).await
+}
+
+/// When `lease`'s term ends: its loss signal, or else its `valid_until`.
+fn term_end(lease: &tenure_core::Lease, signalled_at: Option<Instant>) -> Instant {
+    match signalled_at {
+        Some(at) => at.min(lease.valid_until()),
+        None => lease.valid_until(),
+    }
+}
+
+/// The instant `lease`'s loss signal fires, stamped by a task of its own.
+fn loss_stamp(
+    lease: &tenure_core::Lease,
+) -> tokio::task::JoinHandle<(Instant, tenure_core::LossReason)> {
+    let lease = lease.clone();
+    tokio::spawn(async move {
+        let reason = lease.loss_signalled().await;
+        (Instant::now(), reason)
+    })
+}
+
+/// Issue 23: ZooKeeper renegotiates a session's timeout on every reconnect,
+/// and a server whose `maxSessionTimeout` is below the one asked for gives
+/// the session its own maximum; zookeeper-client adopts it without a word
+/// (and asks for it on every later reconnect), while tenure counts every
+/// lease from the timeout asked for. Node 2 of this ensemble allows 600 ms;
+/// A asks for 2 s. A session of A's that reconnects to node 2 would expire
+/// 600 ms after A was last heard of, while A leads for 1.43 s after each
+/// renewal: so A must be refused at connect, with an error that names node 2,
+/// what it negotiated and what was asked.
+///
+/// Should A connect (as it did before the fix, whenever its first server was
+/// not node 2), the lesson goes on to show what follows: A holds, its link to
+/// the other nodes is cut so its session moves to node 2, A renews, then A is
+/// cut off entirely, and B (on the other nodes) must not be granted before
+/// A's term ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_would_shrink_the_session_is_refused_at_connect_naming_it() {
+    let cluster = Cluster::start_zookeeper_with(
+        3,
+        &[(LOW, ZooKeeperNodeSettings::max_session_timeout(SHRUNK))],
+    )
+    .await
+    .expect("ZooKeeper ensemble with a node of its own");
+    let (link, proxied, b) = shrink_clients(&cluster, LOW).await;
+    let low = link.proxies()[LOW].addr().to_string();
+    let mut attempts = 0;
+    let a = loop {
+        attempts += 1;
+        match ZooKeeperBackend::connect(&proxied, shrink_options()).await {
+            Ok(a) => break a,
+            Err(Error::InvalidArgument {
+                field: "session_timeout",
+                reason,
+            }) if reason.contains(&low) => {
+                for part in [format!("{SHRUNK:?}"), format!("{SHRINK_TTL:?}")] {
+                    assert!(reason.contains(&part), "{part} missing: {reason}");
+                }
+                assert!(reason.contains("maxSessionTimeout"), "{reason}");
+                return;
+            }
+            // Before the fix only a first connection to node 2 itself was
+            // refused (its error names no server): connect again until the
+            // first server is another, as it is two times in three.
+            Err(Error::InvalidArgument {
+                field: "session_timeout",
+                ..
+            }) if attempts < 20 => continue,
+            Err(other) => panic!("a's connect failed: {other:?}"),
+        }
+    };
+    let key = "shrunk-at-connect";
+    let lease = common::hold(&a, &candidacy_with_ttl(key, "a", SHRINK_TTL)).await;
+    let signalled = loss_stamp(&lease);
+    let waiting = standby(&b, key);
+    common::until_children(&plain(&cluster).await, &format!("/{key}"), 2).await;
+
+    let lease = through_node_2_only(&a, &link, LOW, &lease)
+        .await
+        .expect("a renewal through node 2");
+    link.proxies()[LOW].set(Mode::Blackhole);
+    let cut_at = Instant::now();
+    let granted_at = tokio::time::timeout(SHRINK_TTL * 4, waiting)
+        .await
+        .expect("b waited past four TTLs")
+        .unwrap()
+        .unwrap();
+    let signalled_at = match tokio::time::timeout(Duration::ZERO, signalled).await {
+        Ok(stamp) => Some(stamp.unwrap().0),
+        Err(_) => None,
+    };
+    let ended = term_end(&lease, signalled_at);
+    eprintln!(
+        "renewal sent {:?} before the cut; b granted {:?} after it; valid_until {:?} after it",
+        cut_at - lease.sent_at(),
+        granted_at - lease.sent_at(),
+        lease.valid_until() - lease.sent_at()
+    );
+    assert!(
+        granted_at >= ended,
+        "b was granted {:?} before a's term ended (valid_until {:?} after its renewal through \
+         node 2, no loss signalled: {}): a's session shrank to node 2's maxSessionTimeout \
+         {SHRUNK:?} on its reconnect and expired while a still led",
+        ended - granted_at,
+        lease.valid_until() - lease.sent_at(),
+        signalled_at.is_none(),
+    );
+    panic!(
+        "a connected although node 2 ({low}) would shrink its session to {SHRUNK:?} \
+         (b waited until a's term ended)"
+    );
+}
+
+/// Issue 23, a rolling configuration change: every server allows A's 2 s
+/// when A connects, then node 2 is restarted with a `maxSessionTimeout` of
+/// 600 ms, and A's session reconnects to it (its links to the other nodes
+/// are cut), where it is given 600 ms. A's term must end before B (on the
+/// other nodes) is granted, even with A cut off right after: A's lease, which
+/// counts 2 s from each renewal, must end at the reconnect, and A's session
+/// must not be used again: A's next campaign is refused naming node 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_shrunk_by_a_rolling_restart_ends_its_terms_before_anyone_else_leads() {
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
+        .await
+        .expect("ZooKeeper ensemble");
+    // Node 2 is a follower: the servers keep their leader while it restarts.
+    let leader = cluster
+        .await_leader(Duration::from_secs(30), |_| true)
+        .await
+        .unwrap();
+    let low = (leader + 1) % 3;
+    let (link, proxied, b) = shrink_clients(&cluster, low).await;
+    let a = Arc::new(
+        ZooKeeperBackend::connect(&proxied, shrink_options())
+            .await
+            .expect("every server allows 2 s"),
+    );
+    let key = "shrunk-by-restart";
+    let wants = candidacy_with_ttl(key, "a", SHRINK_TTL);
+    let lease = common::hold(&a, &wants).await;
+    let signalled = loss_stamp(&lease);
+    let waiting = standby(&b, key);
+    common::until_children(&plain(&cluster).await, &format!("/{key}"), 2).await;
+
+    // A keeps renewing while node 2 restarts (seconds: a JVM starting).
+    let latest = Arc::new(std::sync::Mutex::new(lease));
+    let renewing = {
+        let (a, latest) = (a.clone(), latest.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SHRINK_TTL / 4).await;
+                let current = latest.lock().unwrap().clone();
+                match a.renew(&current).await {
+                    Ok(renewed) => *latest.lock().unwrap() = renewed,
+                    Err(e) if e.is_retryable() => {}
+                    Err(e) => return e,
+                }
+            }
+        })
+    };
+    cluster
+        .restart_zookeeper_node_with(low, ZooKeeperNodeSettings::max_session_timeout(SHRUNK))
+        .await
+        .unwrap();
+    renewing.abort();
+    let _ = renewing.await;
+    let lease = latest.lock().unwrap().clone();
+    assert!(lease.is_valid(), "a's lease lapsed while node 2 restarted");
+
+    let renewed = through_node_2_only(&a, &link, low, &lease).await;
+    let lease = renewed.as_ref().map_or(lease, Clone::clone);
+    link.proxies()[low].set(Mode::Blackhole);
+    let granted_at = tokio::time::timeout(SHRINK_TTL * 4, waiting)
+        .await
+        .expect("b waited past four TTLs")
+        .unwrap()
+        .unwrap();
+    let signalled_at = match tokio::time::timeout(Duration::ZERO, signalled).await {
+        Ok(stamp) => Some(stamp.unwrap()),
+        Err(_) => None,
+    };
+    let ended = term_end(&lease, signalled_at.map(|(at, _)| at));
+    assert!(
+        granted_at >= ended,
+        "b was granted {:?} before a's term ended (valid_until {:?} after its renewal through \
+         node 2, loss signalled: {signalled_at:?}): a's session shrank to node 2's new \
+         maxSessionTimeout {SHRUNK:?} on its reconnect and expired while a still led",
+        ended - granted_at,
+        lease.valid_until() - lease.sent_at(),
+    );
+    let (at, reason) = signalled_at.expect("a's term ended by its valid_until, not at the shrink");
+    assert_eq!(reason, tenure_core::LossReason::Revoked);
+    assert!(
+        renewed.is_err_and(|e| e.is_lease_lost()),
+        "a renewed on its shrunk session"
+    );
+    eprintln!(
+        "a's term ended {:?} before b's grant, {:?} before its valid_until",
+        granted_at - at,
+        lease.valid_until().saturating_duration_since(at)
+    );
+
+    // Whatever node a reaches now, its next session is refused naming node 2.
+    for proxy in link.proxies() {
+        proxy.set(Mode::Pass);
+    }
+    let low = link.proxies()[low].addr().to_string();
+    match a.acquire(&wants, AcquireMode::Once).await {
+        Err(Error::InvalidArgument {
+            field: "session_timeout",
+            reason,
+        }) => assert!(reason.contains(&low), "{reason}"),
+        other => panic!("a campaigned again on a shrinking ensemble: {other:?}"),
+    }
 }

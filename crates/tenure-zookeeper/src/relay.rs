@@ -1,0 +1,367 @@
+//! A relay in this process between a session's client and each server,
+//! which reads the session timeout every server grants the session at each
+//! connect and reconnect.
+//!
+//! # Why
+//!
+//! ZooKeeper negotiates a session's timeout at every reconnect, and a server
+//! whose `maxSessionTimeout` is below the timeout asked for gives the session
+//! its own maximum (and its leader then expires the session that much
+//! sooner). zookeeper-client 0.11.2 adopts the new timeout without a word
+//! (`handle_connect_response` → `reset_timeout`), asks for it on every later
+//! reconnect, and keeps reporting the first one from
+//! `Client::session_timeout()`; no event carries it. Every lease counts from
+//! the timeout asked for, so a session shrunk that way expires, and another
+//! candidate is granted, while its holder still believes it leads.
+//!
+//! So the client does not connect to the servers, but to one listener here
+//! per server (`127.0.0.1`, a port of its own), which forwards every byte
+//! both ways and reads the first frame each server sends on each connection:
+//! the `ConnectResponse` (`int32` length, `int32` protocolVersion, `int32`
+//! timeOut, `int64` sessionId, ...). Its timeout goes to the session's
+//! [`Terms`] before the frame goes on to the client: below the timeout asked
+//! for, every lease of the session ends there and the session closes.
+//!
+//! A probe from outside (a throwaway session to each server after every
+//! reconnect) was the other way: it learns what each server would give a
+//! new session, but not which server the session reconnected to. A server
+//! it cannot reach (killed or frozen, which is when sessions reconnect)
+//! leaves unknown whether that one shrank the session: either every lease
+//! ends whenever a server is down (a follower's crash would end the terms
+//! of every holder whose session was on it), or the probe trusts it (and
+//! misses the shrinking server that went down right after answering). Its
+//! verdict also comes a probe's round trips after the reconnect, and each
+//! probe opens and closes a session per server, writes all of them. The
+//! relay knows which server answered and what it gave, on the session's own
+//! connection, before the client does, and writes nothing.
+//! (A probe still runs once, before a session opens:
+//! [`probe`](crate::probe).)
+//!
+//! # The window
+//!
+//! A server that gives the session `s` below the timeout asked for starts
+//! counting `s` when it handles our `ConnectRequest` (a follower has the
+//! quorum leader revalidate the session, and the leader's tracker counts
+//! from then), which is after the relay forwarded that request, and answers
+//! after that. The leases end when the answer reaches the relay, before the
+//! client sees it (so before the session's next request or ping could go
+//! out on that connection). The server cannot expire the session earlier
+//! than `s` after it handled the request, and `s` is at least its
+//! `minSessionTimeout`, which ZooKeeper keeps at 2 `tickTime` or more by
+//! default. The holder therefore stops first as long as the answer takes less
+//! than `s` to come back from the server, a one-way trip: 400 ms with the
+//! test servers' 200 ms tick, 4 s at ZooKeeper's defaults. (A slower answer
+//! still ends the leases when it comes.)
+//!
+//! What the relay cannot see: a server that handles a reconnect and never
+//! answers it (it dies, freezes or is cut off in between). If it gave the
+//! session less, the session's next reconnect, to another server, asks for
+//! the full timeout again (the client never adopted the smaller one) and
+//! restores it; only a client that reaches no server for `s` after that
+//! could lose its session before its lease ends. That takes a server that
+//! shrinks sessions, which [`probe`](crate::probe) refuses at connect unless
+//! it changed since (a rolling change) or was out of reach then.
+//!
+//! Faults pass through as they are: a server that refuses a connection or
+//! resets it resets the client's (a plain close closes it), a silent one is
+//! silent. TLS connections cannot be relayed; tenure-zookeeper refuses them.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{Error, Result};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
+
+use crate::error::BACKEND;
+use crate::terms::Terms;
+
+/// ZooKeeper's client port, for a server named without one.
+const DEFAULT_PORT: u16 = 2181;
+
+/// The servers of a connect string (`host:port,host:port`), each as
+/// `host:port` (a port of 2181 where none is given; IPv6 hosts in
+/// brackets); `InvalidArgument` naming `connect_string` for a malformed or
+/// TLS (`tcp+tls://`) entry. Chroots are refused before this.
+pub(crate) fn servers(connect_string: &str) -> Result<Vec<Arc<str>>> {
+    let invalid = |why: String| Error::invalid("connect_string", why);
+    connect_string
+        .split(',')
+        .map(|entry| {
+            let entry = entry.trim();
+            if entry.starts_with("tcp+tls://") {
+                return Err(invalid(format!(
+                    "{entry:?}: TLS to ZooKeeper is not supported by tenure-zookeeper yet"
+                )));
+            }
+            let entry = entry.strip_prefix("tcp://").unwrap_or(entry);
+            let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+                let (host, after) = rest
+                    .split_once(']')
+                    .ok_or_else(|| invalid(format!("{entry:?}: an unclosed [")))?;
+                let port = match after {
+                    "" => None,
+                    _ => Some(after.strip_prefix(':').ok_or_else(|| {
+                        invalid(format!("{entry:?}: a port must follow ] after a colon"))
+                    })?),
+                };
+                (format!("[{host}]"), port)
+            } else {
+                match entry.rsplit_once(':') {
+                    Some((host, port)) => (host.to_owned(), Some(port)),
+                    None => (entry.to_owned(), None),
+                }
+            };
+            if host.is_empty() || host == "[]" {
+                return Err(invalid(format!("{entry:?}: a server without a host")));
+            }
+            let port = match port {
+                None => DEFAULT_PORT,
+                Some(port) => port
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| invalid(format!("{entry:?}: {port:?} is not a port")))?,
+            };
+            Ok(Arc::from(format!("{host}:{port}")))
+        })
+        .collect()
+}
+
+/// One listener per server, for one session's client; they stop listening
+/// when this is dropped (connections already relayed live on until either
+/// side closes them).
+#[derive(Debug)]
+pub(crate) struct Relay {
+    connect_string: String,
+    listeners: Vec<AbortHandle>,
+}
+
+impl Relay {
+    /// Listens on `127.0.0.1` for each of `servers`, on the heartbeat
+    /// runtime (which drives the sessions), reporting every server's
+    /// answer to a connect to `terms`. A server not connected within
+    /// `patience` counts as refusing; one side of a connection closed, the
+    /// other gets `patience` to close too.
+    pub(crate) fn start(
+        servers: &[Arc<str>],
+        terms: Arc<Terms>,
+        patience: Duration,
+    ) -> Result<Relay> {
+        let mut addrs = Vec::with_capacity(servers.len());
+        let mut listeners = Vec::with_capacity(servers.len());
+        for server in servers {
+            let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| Error::Backend {
+                    backend: BACKEND,
+                    source: Box::new(e),
+                })?;
+            addrs.push(listener.local_addr().map_err(|e| Error::Backend {
+                backend: BACKEND,
+                source: Box::new(e),
+            })?);
+            let task = accept(listener, server.clone(), terms.clone(), patience);
+            listeners.push(tenure_core::heartbeat_runtime().spawn(task).abort_handle());
+        }
+        let connect_string = addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        tracing::debug!(backend = BACKEND, ?servers, relayed_by = %connect_string, "relaying the session's connections");
+        Ok(Relay {
+            connect_string,
+            listeners,
+        })
+    }
+
+    /// What the client connects to: the listeners, in the servers' order.
+    pub(crate) fn connect_string(&self) -> &str {
+        &self.connect_string
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        for listener in &self.listeners {
+            listener.abort();
+        }
+    }
+}
+
+async fn accept(
+    listener: std::net::TcpListener,
+    server: Arc<str>,
+    terms: Arc<Terms>,
+    patience: Duration,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(backend = BACKEND, %server, %error, "cannot relay to a ZooKeeper server");
+            return;
+        }
+    };
+    loop {
+        match listener.accept().await {
+            Ok((client, _)) => {
+                tokio::spawn(relay(client, server.clone(), terms.clone(), patience));
+            }
+            Err(error) => {
+                // Out of descriptors or the like: back off briefly.
+                tracing::debug!(backend = BACKEND, %server, %error, "relay accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Carries one client connection to `server` and back.
+async fn relay(client: TcpStream, server: Arc<str>, terms: Arc<Terms>, patience: Duration) {
+    let upstream = match tokio::time::timeout(patience, TcpStream::connect(&*server)).await {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(error)) => {
+            tracing::debug!(backend = BACKEND, %server, %error, "a ZooKeeper server refused a connection");
+            return reset(&client);
+        }
+        Err(_) => return reset(&client),
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = upstream.into_split();
+    let clean = {
+        let requests = async {
+            tokio::io::copy(&mut client_read, &mut server_write).await?;
+            server_write.shutdown().await
+        };
+        let answers = async {
+            handshake(&mut server_read, &mut client_write, &server, &terms).await?;
+            tokio::io::copy(&mut server_read, &mut client_write).await?;
+            client_write.shutdown().await
+        };
+        tokio::pin!(requests, answers);
+        let (first, requests_done) = tokio::select! {
+            done = &mut requests => (done, true),
+            done = &mut answers => (done, false),
+        };
+        // One side closed: the other gets `patience` to follow.
+        let followed =
+            |done: std::result::Result<std::io::Result<()>, _>| matches!(done, Ok(Ok(())));
+        match (first, requests_done) {
+            (Err(_), _) => false,
+            (Ok(()), true) => followed(tokio::time::timeout(patience, answers).await),
+            (Ok(()), false) => followed(tokio::time::timeout(patience, requests).await),
+        }
+    };
+    if !clean {
+        reset(client_read.as_ref());
+        reset(server_read.as_ref());
+    }
+}
+
+/// Forwards the server's first frame, its `ConnectResponse`, once its
+/// timeout and session id are in, reporting the timeout to `terms` first
+/// (a session id of 0 is a refusal: the session expired).
+async fn handshake<R, W>(
+    from: &mut R,
+    to: &mut W,
+    server: &Arc<str>,
+    terms: &Terms,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    // length, protocolVersion, timeOut, sessionId
+    const HEAD: usize = 4 + 4 + 4 + 8;
+    let mut head = Vec::with_capacity(HEAD);
+    let mut chunk = [0u8; 512];
+    while head.len() < HEAD {
+        let n = from.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+    if let Some(granted) = granted_timeout(&head) {
+        tracing::debug!(backend = BACKEND, %server, ?granted, "a ZooKeeper server answered a connect");
+        terms.granted(server, granted);
+    }
+    to.write_all(&head).await
+}
+
+/// The timeout a `ConnectResponse` grants, if the bytes begin with one
+/// for a live session.
+fn granted_timeout(head: &[u8]) -> Option<Duration> {
+    let int = |at: usize| {
+        head.get(at..at + 4)
+            .map(|b| i32::from_be_bytes(b.try_into().unwrap()))
+    };
+    let timeout = int(8)?;
+    let session = head
+        .get(12..20)
+        .map(|b| i64::from_be_bytes(b.try_into().unwrap()))?;
+    (session != 0 && timeout > 0).then(|| Duration::from_millis(timeout as u64))
+}
+
+/// Closes a connection with RST, as a refusing or failing server does.
+fn reset(stream: &TcpStream) {
+    let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_of_a_connect_string() {
+        let servers = servers("a:1, tcp://b ,[::1]:2182,[fe80::1],10.0.0.1:2181").unwrap();
+        let names: Vec<&str> = servers.iter().map(|s| &**s).collect();
+        assert_eq!(
+            names,
+            [
+                "a:1",
+                "b:2181",
+                "[::1]:2182",
+                "[fe80::1]:2181",
+                "10.0.0.1:2181"
+            ]
+        );
+        for bad in [
+            "a:1,,b",
+            ":1",
+            "a:0",
+            "a:x",
+            "[::1",
+            "[::1]2181",
+            "tcp+tls://a:1",
+        ] {
+            match super::servers(bad) {
+                Err(Error::InvalidArgument {
+                    field: "connect_string",
+                    ..
+                }) => {}
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_connect_response_tells_its_timeout() {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&36i32.to_be_bytes());
+        frame.extend_from_slice(&0i32.to_be_bytes());
+        frame.extend_from_slice(&600i32.to_be_bytes());
+        frame.extend_from_slice(&0x1234i64.to_be_bytes());
+        assert_eq!(granted_timeout(&frame), Some(Duration::from_millis(600)));
+        assert_eq!(granted_timeout(&frame[..19]), None);
+        // An expired session's refusal: session id 0, timeout 0.
+        let mut refusal = frame.clone();
+        refusal[8..20].fill(0);
+        assert_eq!(granted_timeout(&refusal), None);
+    }
+}
