@@ -273,6 +273,8 @@ enum Attempt {
     NotGranted {
         holder: Option<String>,
         free_in: Option<Duration>,
+        /// A master answered with a key that never expires.
+        no_expiry: bool,
         failures: Vec<String>,
     },
 }
@@ -407,14 +409,24 @@ impl RedlockBackend {
             timeout,
             armed: true,
         };
+        let no_expiry = std::sync::atomic::AtomicBool::new(false);
         let call = |i: usize| {
-            let (key, value) = (&key, &value);
+            let (key, value, no_expiry) = (&key, &value, &no_expiry);
             let m = &self.inner.masters[i];
             async move {
                 let mut call = self.inner.scripts.acquire.key(key.as_str());
                 call.arg(value.as_str()).arg(ttl_ms).arg(key.as_str());
                 let answer = m.invoke(&call, timeout).await;
-                (m, answer.and_then(acquire_answer))
+                // A key that never expires counts as held for a TTL more.
+                let answer = answer.and_then(acquire_answer).map(|held| {
+                    held.map(|(holder, left)| {
+                        if left.is_none() {
+                            no_expiry.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        (holder, left.unwrap_or(candidacy.ttl()))
+                    })
+                });
+                (m, answer)
             }
         };
         let (mut granted, mut refused) = (0, 0);
@@ -440,6 +452,7 @@ impl RedlockBackend {
                         return Attempt::NotGranted {
                             holder: Some(holder),
                             free_in: Some(left),
+                            no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
                             failures,
                         };
                     }
@@ -526,6 +539,7 @@ impl RedlockBackend {
         Attempt::NotGranted {
             holder: counts.into_iter().next().map(|(h, _)| h),
             free_in,
+            no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
             failures,
         }
     }
@@ -610,21 +624,51 @@ impl RedlockBackend {
         let timeout = self.node_timeout(candidacy.ttl());
         let mut wake = self.subscribe(&key, timeout).await;
         let mut known = None;
+        let mut warned_no_expiry = false;
+        // When failures were last told at WARN, and how long until the next.
+        let mut told: Option<(Instant, Duration)> = None;
         loop {
             let pause = match self.attempt(candidacy, &mut known).await {
                 Attempt::Granted(lease) => return Ok(Acquisition::Granted(lease)),
                 // Held: try again when a majority should be free, or at a
-                // release message, whichever comes first.
+                // release message, whichever comes first. A key that never
+                // expires is looked at again a TTL later.
                 Attempt::NotGranted {
-                    holder: Some(_),
+                    holder: Some(holder),
                     free_in: Some(free_in),
+                    no_expiry,
                     ..
-                } => free_in + jitter(Duration::from_millis(3)),
+                } => {
+                    if no_expiry && !warned_no_expiry {
+                        warned_no_expiry = true;
+                        tracing::warn!(
+                            key,
+                            holder = %holder_of(&holder).identity,
+                            "the key never expires (set without PX, or PERSISTed): waiting \
+                             until it is deleted, looking again every TTL"
+                        );
+                    }
+                    free_in + jitter(Duration::from_millis(3))
+                }
                 // A split vote (candidates took a minority each) or a
                 // failure: a random pause, as Redlock prescribes.
                 Attempt::NotGranted { failures, .. } => {
                     if !failures.is_empty() {
-                        tracing::debug!(failures = %failures.join("; "), "no majority; retrying");
+                        // Told at WARN, at most once per back-off period
+                        // (doubling from 1 s to a minute), else at DEBUG.
+                        let now = Instant::now();
+                        match told {
+                            Some((at, every)) if now < at + every => {
+                                tracing::debug!(failures = %failures.join("; "), "no majority; retrying");
+                            }
+                            _ => {
+                                let every = told.map_or(Duration::from_secs(1), |(_, every)| {
+                                    (every * 2).min(Duration::from_secs(60))
+                                });
+                                told = Some((now, every));
+                                tracing::warn!(key, failures = %failures.join("; "), "a waiting campaign reached no majority of masters; retrying");
+                            }
+                        }
                     }
                     Duration::from_millis(2) + jitter(candidacy.ttl() / 20)
                 }
@@ -839,7 +883,13 @@ impl Drop for Undo {
 }
 
 /// `{1}` → `None` (granted); `{0, holder, pttl}` → who holds it, for how long.
-fn acquire_answer(value: Value) -> std::result::Result<Option<(String, Duration)>, NodeError> {
+///
+/// The time left is `None` for a key that never expires (set by hand
+/// without `PX`, or `PERSIST`ed): held, with no known end.
+#[allow(clippy::type_complexity)]
+fn acquire_answer(
+    value: Value,
+) -> std::result::Result<Option<(String, Option<Duration>)>, NodeError> {
     let unexpected = |v: &Value| {
         NodeError::Redis(redis::RedisError::from((
             redis::ErrorKind::Parse,
@@ -856,11 +906,12 @@ fn acquire_answer(value: Value) -> std::result::Result<Option<(String, Duration)
             let holder = match holder {
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
                 // Expired between SET and GET: free now.
-                _ => return Ok(Some((String::new(), Duration::ZERO))),
+                _ => return Ok(Some((String::new(), Some(Duration::ZERO)))),
             };
             let left = match pttl {
-                Value::Int(ms) if *ms > 0 => Duration::from_millis(*ms as u64),
-                _ => Duration::ZERO,
+                Value::Int(ms) if *ms > 0 => Some(Duration::from_millis(*ms as u64)),
+                Value::Int(-1) => None,
+                _ => Some(Duration::ZERO),
             };
             Ok(Some((holder, left)))
         }
@@ -984,7 +1035,16 @@ mod tests {
             Value::Int(250),
         ]);
         let (holder, left) = acquire_answer(held).unwrap().unwrap();
-        assert_eq!((holder.as_str(), left), ("x:y", Duration::from_millis(250)));
+        assert_eq!(
+            (holder.as_str(), left),
+            ("x:y", Some(Duration::from_millis(250)))
+        );
+        let forever = Value::Array(vec![
+            Value::Int(0),
+            Value::BulkString(b"x:y".to_vec()),
+            Value::Int(-1),
+        ]);
+        assert_eq!(acquire_answer(forever).unwrap().unwrap().1, None);
         assert!(acquire_answer(Value::Int(3)).is_err());
     }
 

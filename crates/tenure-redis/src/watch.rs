@@ -78,8 +78,9 @@ pub(crate) async fn look(
             m.invoke(&call, LOOK_TIMEOUT).await
         })
         .collect();
-    // value -> the time left on each master holding it
-    let mut held: Vec<(String, Vec<Duration>)> = Vec::new();
+    // value -> the time left on each master holding it (`None`: the key
+    // never expires there)
+    let mut held: Vec<(String, Vec<Option<Duration>>)> = Vec::new();
     let (mut free, mut answered) = (0, 0);
     while let Some(answer) = calls.next().await {
         let Ok(Value::Array(items)) = answer else {
@@ -90,8 +91,11 @@ pub(crate) async fn look(
             [Value::BulkString(value), pttl] => {
                 let value = String::from_utf8_lossy(value).into_owned();
                 let left = match pttl {
-                    Value::Int(ms) if *ms > 0 => Duration::from_millis(*ms as u64),
-                    _ => Duration::ZERO,
+                    Value::Int(ms) if *ms > 0 => Some(Duration::from_millis(*ms as u64)),
+                    // No expiry: held with no known end (looked at again at
+                    // the poll interval, not at once).
+                    Value::Int(-1) => None,
+                    _ => Some(Duration::ZERO),
                 };
                 match held.iter_mut().find(|(v, _)| *v == value) {
                     Some((_, lefts)) => lefts.push(left),
@@ -102,10 +106,11 @@ pub(crate) async fn look(
         }
         if let Some((value, lefts)) = held.iter_mut().find(|(_, l)| l.len() >= quorum) {
             // Held while a majority keeps it: until the (count - quorum + 1)th
-            // of its masters lets it expire.
-            lefts.sort();
+            // of its masters lets it expire (a key that never expires sorts
+            // last: if that one never expires, no end is known).
+            lefts.sort_by_key(|left| left.map_or(Duration::MAX, |d| d));
             let free_in = lefts[lefts.len() - quorum];
-            return Some((LeaderEvent::Elected(holder_of(value)), Some(free_in)));
+            return Some((LeaderEvent::Elected(holder_of(value)), free_in));
         }
         let best = held.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
         if best + (n - answered) < quorum {

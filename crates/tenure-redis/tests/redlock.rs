@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::{Link, LinkFault, ProxyLink};
 use tenure_core::{
@@ -389,4 +390,78 @@ async fn a_user_limited_to_the_key_prefix_can_connect_and_campaign() {
         Ok(Acquisition::Granted(_)) => {}
         other => panic!("a campaign under the user's prefix: {other:?}"),
     }
+}
+
+/// Commands the master has processed so far.
+async fn commands_processed(c: &mut tenure_redis::redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = tenure_redis::redis::cmd("INFO")
+        .arg("stats")
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .expect("INFO stats has total_commands_processed")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A key that never expires (set by hand without `PX`, or `PERSIST`ed) is
+/// held with no known end: a waiter and a watch look again with back-off,
+/// not as fast as they can. Once it is deleted, the waiter is granted
+/// within a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_never_expires_is_waited_on_without_spinning() {
+    let cluster = Cluster::start(Topology::Redis { masters: 1 })
+        .await
+        .expect("a redis master");
+    let node = &cluster.nodes()[0];
+    let admin = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
+    let mut c = admin.get_multiplexed_async_connection().await.unwrap();
+    let stored = format!("{}forever", RedlockOptions::default().key_prefix);
+    let _: () = tenure_redis::redis::cmd("SET")
+        .arg(&stored)
+        .arg(format!("{}:someone", "0".repeat(40)))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let client = RedlockBackend::builder(&[node.endpoint()])
+        .allow_unfenced()
+        .connect()
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(2);
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .acquire(&candidacy("forever", "a", ttl), AcquireMode::Wait)
+                .await
+        })
+    };
+    let mut watch = client
+        .watch(&ElectionKey::new("forever").unwrap())
+        .await
+        .unwrap();
+    let watching = tokio::spawn(async move { while watch.next().await.is_some() {} });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = commands_processed(&mut c).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = commands_processed(&mut c).await - before - 1;
+    assert!(
+        during <= 30,
+        "{during} commands in 1 s from one waiter and one watch on a key that never expires"
+    );
+    let _: () = tenure_redis::redis::cmd("DEL")
+        .arg(&stored)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(ttl + Duration::from_millis(500), waiting).await;
+    assert!(
+        matches!(granted, Ok(Ok(Ok(Acquisition::Granted(_))))),
+        "not granted within a TTL of the key's deletion: {granted:?}"
+    );
+    watching.abort();
 }
