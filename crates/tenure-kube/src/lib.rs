@@ -329,6 +329,12 @@ impl KubeLeaseBackend {
             .seen(candidacy.key().as_str(), &rec.resource_version);
         let token = token.unwrap_or(rec.transitions.max(0) as u64);
         let (signal, releasing) = (LossSignal::new(), Arc::new(AtomicBool::new(false)));
+        // A server that stored a shorter duration than we sent grants less:
+        // count no further (None: it grants no time at all).
+        let counted = record::counted_from(sent_at, candidacy.ttl(), &written);
+        if counted.is_none() {
+            signal.fire(LossReason::Revoked);
+        }
         let own = own::watch(
             self.api.clone(),
             &written,
@@ -349,7 +355,7 @@ impl KubeLeaseBackend {
             Lease::new(
                 candidacy.clone(),
                 Some(FencingToken::new(token)),
-                sent_at,
+                counted.unwrap_or(sent_at),
                 LeaseHandle::new(Arc::new(held)),
             )
             .with_loss_signal(signal),
@@ -362,13 +368,14 @@ impl KubeLeaseBackend {
     /// cancelled midway cannot make a release fail (kubernetes#131867).
     /// `Ok(Ok(from))`: written, and a deadline counts from `from`, the send
     /// of the term's first write in the second of its renewTime
-    /// (renew_time.rs). `Ok(Err(_))`: the Lease is no longer ours (another
+    /// (renew_time.rs), or earlier if the server stored a shorter
+    /// leaseDurationSeconds than the TTL ([`record::counted_from`]). `Ok(Err(_))`: the Lease is no longer ours (another
     /// holder or term, deleted, or released by us already).
     async fn write_ours(
         &self,
         lease: &Lease,
         operation: &'static str,
-        change: fn(&KubeLease, MicroTime) -> KubeLease,
+        change: fn(&KubeLease, MicroTime, Duration) -> KubeLease,
     ) -> Result<std::result::Result<Instant, LossReason>> {
         let held = held(lease)?;
         let name = lease.key().as_str();
@@ -380,7 +387,7 @@ impl KubeLeaseBackend {
         }
         for _ in 0..3 {
             let renew_time = last.newest.next();
-            let next = change(&last.lease, renew_time.clone());
+            let next = change(&last.lease, renew_time.clone(), lease.ttl());
             // Counted before the write is sent: a renewal cancelled on its
             // way may still land.
             let from = last.newest.sent(&renew_time, Instant::now());
@@ -392,8 +399,10 @@ impl KubeLeaseBackend {
             .await?
             {
                 Ok(written) => {
+                    let from = record::counted_from(from, lease.ttl(), &written);
                     last.lease = written;
-                    return Ok(Ok(from));
+                    // None: what the server stored grants no time at all.
+                    return Ok(from.ok_or(LossReason::Revoked));
                 }
                 Err(e) => match refused(e) {
                     Refused::NotFound => return Ok(Err(LossReason::Deleted)),
@@ -563,7 +572,7 @@ impl HostedBackend for KubeLeaseBackend {
 
     async fn release(&self, lease: Lease) -> Result<()> {
         held(&lease)?.releasing.store(true, Ordering::SeqCst);
-        self.write_ours(&lease, "release lease", |last, _| record::released(last))
+        self.write_ours(&lease, "release lease", |last, _, _| record::released(last))
             .await
             .map(|_| ())
     }

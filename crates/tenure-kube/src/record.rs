@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::chrono::{SecondsFormat, SubsecRound, Utc};
+use tokio::time::Instant;
 
 /// The election record in a Lease, as client-go reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,11 +120,25 @@ pub(crate) fn granted(observed: &Lease, holder: &str, ttl: Duration) -> Lease {
     lease
 }
 
-/// `observed` renewed at `renew_time`: only renewTime moves.
-pub(crate) fn renewed(observed: &Lease, renew_time: MicroTime) -> Lease {
+/// `observed` renewed at `renew_time` with `ttl`: renewTime moves, and
+/// leaseDurationSeconds is written again, as client-go does with every
+/// renewal, so that another writer's duration does not outlive it.
+pub(crate) fn renewed(observed: &Lease, renew_time: MicroTime, ttl: Duration) -> Lease {
     let mut lease = observed.clone();
-    lease.spec.get_or_insert_with(Default::default).renew_time = Some(renew_time);
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.renew_time = Some(renew_time);
+    spec.lease_duration_seconds = Some(seconds(ttl));
     lease
+}
+
+/// The instant a deadline of `ttl` counts from for a write sent at `from`
+/// that stored `written`: `from`, or earlier by as much as the stored
+/// leaseDurationSeconds falls short of `ttl` (a server that stores less
+/// than was sent), so the deadline never passes what the stored record
+/// grants. `None`: so far back that no deadline is left.
+pub(crate) fn counted_from(from: Instant, ttl: Duration, written: &Lease) -> Option<Instant> {
+    let stored = Duration::from_secs(Record::of(written).duration.as_secs());
+    from.checked_sub(ttl.saturating_sub(stored))
 }
 
 /// `observed` released as client-go does it: empty holder and a valid
@@ -136,4 +151,23 @@ pub(crate) fn released(observed: &Lease) -> Lease {
     spec.acquire_time = Some(now());
     spec.renew_time = Some(now());
     lease
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_counts_no_further_than_the_stored_duration_grants() {
+        let (from, ttl) = (Instant::now(), Duration::from_secs(5));
+        let mut written = new_lease("a", "x", ttl);
+        assert_eq!(counted_from(from, ttl, &written), Some(from));
+        written.spec.as_mut().unwrap().lease_duration_seconds = Some(2);
+        assert_eq!(
+            counted_from(from, ttl, &written),
+            Some(from - Duration::from_secs(3))
+        );
+        let renewed = renewed(&written, now(), ttl);
+        assert_eq!(renewed.spec.unwrap().lease_duration_seconds, Some(5));
+    }
 }

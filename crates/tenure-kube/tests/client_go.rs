@@ -11,7 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    candidacy, env, go_lease, hold, lease_transitions, rv, spec, GoCandidate, GoRecord, TTL,
+    candidacy, env, go_lease, hold, lease_transitions, rv, spec, wall_clock_at, GoCandidate,
+    GoRecord, TTL,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::chrono::{DateTime, TimeDelta, Utc};
@@ -319,19 +320,6 @@ async fn the_client_go_stand_in_sees_two_renewals_within_one_second_as_one() {
         go.observed_time() >= before,
         "the stand-in missed a renewal in the next second"
     );
-}
-
-/// Sleeps until the wall clock is `fraction` into the second `second`
-/// (Unix time), and returns that second. Only the wall clock decides which
-/// of a Lease's renewals a client-go peer can tell apart, so this waits on
-/// it, not on an event.
-async fn wall_clock_at(second: i64, fraction: Duration) -> i64 {
-    let target = DateTime::from_timestamp(second, fraction.subsec_nanos()).unwrap();
-    while Utc::now() < target {
-        let left = (target - Utc::now()).to_std().unwrap_or_default();
-        sleep(left.max(Duration::from_millis(1))).await;
-    }
-    second
 }
 
 /// client-go sees a renewal only to the second (issue 23): a client-go

@@ -620,3 +620,49 @@ async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_stand
     );
     b.release(&lease).await.unwrap();
 }
+
+/// A renewal keeps no one else's leaseDurationSeconds: client-go peers
+/// (and tenure's) judge expiry by the stored duration, so a holder that
+/// renewed a Lease an operator had shortened to 1 s, keeping the 1 s,
+/// would go on leading for its own TTL while they take over after 1 s.
+/// client-go writes its duration with every renewal; so does tenure, and
+/// it never counts a deadline past what the stored record grants.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_writes_its_ttl_over_a_shortened_lease_duration_and_counts_no_further() {
+    let env = env().await;
+    let raw = env.raw().await;
+    let a = env.backend().await;
+    let lease = hold(&a, "shortened", "a").await;
+    // Into the next wall-clock second, so that the renewal is sent at once.
+    common::wall_clock_at(
+        k8s_openapi::chrono::Utc::now().timestamp() + 1,
+        Duration::from_millis(50),
+    )
+    .await;
+    let mut current = raw.get("shortened").await.unwrap();
+    current.spec.as_mut().unwrap().lease_duration_seconds = Some(1);
+    raw.replace("shortened", &PostParams::default(), &current)
+        .await
+        .unwrap();
+
+    let sent = Instant::now();
+    let renewed = a.renew(&lease).await.expect("renew");
+    let stored = spec(&raw, "shortened").await.lease_duration_seconds;
+    let allowed = sent + Duration::from_secs(stored.unwrap_or(0).max(0) as u64);
+    eprintln!(
+        "renewed over leaseDurationSeconds 1: stored {stored:?}, valid {:?} after the send",
+        renewed.valid_until() - sent
+    );
+    assert!(
+        renewed.valid_until() <= allowed,
+        "the renewal counts its lease until {:?} after it was sent, but the stored record \
+         (leaseDurationSeconds {stored:?}) lets peers take over {:?} after it",
+        renewed.valid_until() - sent,
+        allowed - sent
+    );
+    assert_eq!(
+        stored,
+        Some(TTL.as_secs() as i32),
+        "the renewal kept someone else's leaseDurationSeconds"
+    );
+}

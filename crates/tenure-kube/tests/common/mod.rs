@@ -12,12 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::chrono::{DateTime, Utc};
 use kube::Api;
 use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::lease_server::{kube_config_for, LeaseServer};
 use tenure_conformance::ProxyLink;
 use tenure_core::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, LeaseBackend};
 use tenure_kube::{Fencing, KubeLeaseBackend, KubeOptions};
+use tokio::time::sleep;
 
 /// The TTL tenure candidates use, and the Go-style holders' leaseDurationSeconds.
 pub const TTL: Duration = Duration::from_secs(2);
@@ -126,4 +128,17 @@ pub async fn spec(raw: &Api<Lease>, name: &str) -> LeaseSpec {
         .expect("the Lease")
         .spec
         .expect("a spec")
+}
+
+/// Sleeps until the wall clock is `fraction` into the second `second`
+/// (Unix time), and returns that second. Only the wall clock decides which
+/// of a Lease's renewals a client-go peer can tell apart, so this waits on
+/// it, not on an event.
+pub async fn wall_clock_at(second: i64, fraction: Duration) -> i64 {
+    let target = DateTime::from_timestamp(second, fraction.subsec_nanos()).unwrap();
+    while Utc::now() < target {
+        let left = (target - Utc::now()).to_std().unwrap_or_default();
+        sleep(left.max(Duration::from_millis(1))).await;
+    }
+    second
 }
