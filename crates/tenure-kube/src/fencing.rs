@@ -38,7 +38,11 @@ pub enum Fencing {
     /// keeps it; for clusters before Kubernetes 1.35. It does NOT survive
     /// the Lease being deleted: a new Lease starts again at 0, below the
     /// tokens of holders before, whose writes a fence would then prefer
-    /// (`Capabilities::tokens_survive_state_loss` is false).
+    /// (`Capabilities::tokens_survive_state_loss` is false). Taking over a
+    /// Lease that a [`ResourceVersion`](Self::ResourceVersion) grant
+    /// stamped, it lifts leaseTransitions above that token, so tokens of
+    /// the two schemes on one Lease still only rise (a stamp above
+    /// `i32::MAX` is refused, naming `fencing`).
     LeaseTransitions,
 }
 
@@ -74,6 +78,46 @@ pub(crate) fn stamp(lease: &mut Lease, token: u64) {
     annotations.insert(TERM_ANNOTATION.to_owned(), term);
 }
 
+/// A leaseTransitions-token take-over of `observed`, about to be written as
+/// `lease` (its transitions bumped): two token schemes on one Lease must
+/// share one scale, so its leaseTransitions, and with them its token, are
+/// lifted above the token an earlier resourceVersion-token grant stamped on
+/// the Lease (the annotation stays through later terms: client-go keeps
+/// annotations). Without it, a holder with a token near the cluster's
+/// resourceVersions (10^6 and more) would hand over to one near ten, whose
+/// writes a `Fence` refuses. leaseTransitions is a 32-bit integer: a stamp
+/// it cannot rise above is refused, naming the `fencing` option. (The
+/// other way needs nothing: a take-over's resourceVersion is above the
+/// number of writes to the Lease, so above its leaseTransitions.)
+pub(crate) fn lift_transitions(lease: &mut Lease, observed: &Lease) -> Result<()> {
+    let stamped = observed
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TOKEN_ANNOTATION))
+        .and_then(|t| t.parse::<u64>().ok());
+    let Some(stamped) = stamped else {
+        return Ok(());
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let bumped = spec.lease_transitions.unwrap_or(0).max(0) as u64;
+    if bumped > stamped {
+        return Ok(());
+    }
+    let lifted = i32::try_from(stamped + 1).map_err(|_| {
+        Error::invalid(
+            "fencing",
+            format!(
+                "the Lease carries a resourceVersion token ({stamped}) that leaseTransitions \
+                 (a 32-bit integer) cannot rise above: campaign on it with \
+                 Fencing::ResourceVersion, not Fencing::LeaseTransitions"
+            ),
+        )
+    })?;
+    spec.lease_transitions = Some(lifted);
+    Ok(())
+}
+
 /// The token of the term `lease` records, as every observer reads it.
 pub(crate) fn token_of(lease: &Lease, fencing: Fencing) -> Option<FencingToken> {
     match fencing {
@@ -90,5 +134,49 @@ pub(crate) fn token_of(lease: &Lease, fencing: Fencing) -> Option<FencingToken> 
             let token = annotations.get(TOKEN_ANNOTATION)?.parse::<u64>().ok()?;
             Some(FencingToken::new(token))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+
+    fn stamped(token: u64, transitions: i32) -> Lease {
+        let mut lease = Lease {
+            spec: Some(LeaseSpec {
+                lease_transitions: Some(transitions),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        stamp(&mut lease, token);
+        lease
+    }
+
+    #[test]
+    fn lease_transitions_rise_above_a_stamped_token_or_are_refused_naming_fencing() {
+        let observed = stamped(1_000, 3);
+        let mut taking = observed.clone();
+        taking.spec.as_mut().unwrap().lease_transitions = Some(4);
+        lift_transitions(&mut taking, &observed).unwrap();
+        assert_eq!(taking.spec.unwrap().lease_transitions, Some(1_001));
+
+        let mut low = stamped(2, 7);
+        lift_transitions(&mut low, &stamped(2, 7)).unwrap();
+        assert_eq!(low.spec.unwrap().lease_transitions, Some(7));
+
+        let huge = stamped(i32::MAX as u64, 3);
+        let refused = lift_transitions(&mut huge.clone(), &huge);
+        assert!(
+            matches!(
+                refused,
+                Err(Error::InvalidArgument {
+                    field: "fencing",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
     }
 }

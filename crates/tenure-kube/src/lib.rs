@@ -275,7 +275,10 @@ impl KubeLeaseBackend {
                         fencing::stamp(&mut lease, token);
                         Some(token)
                     }
-                    Fencing::LeaseTransitions => None,
+                    Fencing::LeaseTransitions => {
+                        fencing::lift_transitions(&mut lease, &observed)?;
+                        None
+                    }
                 };
                 let sent_at = Instant::now();
                 let guard = GrantGuard::arm(&self.api, name, &lease, after);

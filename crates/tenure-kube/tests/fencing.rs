@@ -82,3 +82,48 @@ async fn lease_transitions_tokens_restart_after_deletion_as_their_capabilities_s
     let lease = hold(&a, "counted", "a").await;
     assert_eq!(lease.token().map(|t| t.get()), Some(0));
 }
+
+/// Two token schemes, one scale: a resourceVersion-token holder (tokens
+/// near the cluster's resourceVersions, ~10^6 and more) that hands over to
+/// a leaseTransitions-token candidate (tokens near the Lease's transitions,
+/// ~10) would give the rightful leader a token a `Fence` refuses. A grant
+/// after a resourceVersion-token holder has a token above it, whatever the
+/// scheme of the candidate (its leaseTransitions lifted above the token
+/// stamped on the Lease), and a `Fence` takes the new leader's writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_transitions_grant_after_a_resource_version_holder_has_a_higher_token() {
+    let env = env().await;
+    let (a, b) = (
+        env.backend().await,
+        env.backend_with(lease_transitions()).await,
+    );
+    // Move the cluster's resourceVersion well past any leaseTransitions.
+    for _ in 0..3 {
+        let other = hold(&a, "elsewhere", "a").await;
+        a.release(&other).await.unwrap();
+    }
+    let old = hold(&a, "schemes", "a").await;
+    let old_token = old.token().expect("a token");
+    a.release(&old).await.unwrap();
+    let new = hold(&b, "schemes", "b").await;
+    let new_token = new.token().expect("a token");
+    assert!(
+        new_token > old_token,
+        "b's leaseTransitions token {new_token} is not above a's resourceVersion token \
+         {old_token}: a Fence would refuse the rightful leader"
+    );
+    let fence = tenure_core::Fence::new();
+    fence.check("invoices", old_token).unwrap();
+    fence
+        .check("invoices", new_token)
+        .expect("the new leader's write was refused by the fence");
+
+    // And back: a resourceVersion-token grant after it is above it again.
+    b.release(&new).await.unwrap();
+    let again = hold(&a, "schemes", "a").await;
+    let again_token = again.token().expect("a token");
+    assert!(
+        again_token > new_token,
+        "a's token {again_token} is not above b's {new_token}"
+    );
+}
