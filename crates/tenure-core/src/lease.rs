@@ -20,12 +20,62 @@ pub fn default_drift_margin(ttl: Duration) -> Duration {
 }
 
 /// One candidate's request to lead an election: key, identity, TTL, drift margin.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// It also carries where a backend tells of trouble it worked around
+/// ([`warning`](Self::warning)): an [`Elector`](crate::Elector) counts
+/// those in its [`Health`](crate::Health). Two candidacies are equal when
+/// key, identity, TTL and margin are.
+#[derive(Clone, Debug)]
 pub struct Candidacy {
     key: ElectionKey,
     identity: CandidateId,
     ttl: Duration,
     drift_margin: Duration,
+    warnings: Warnings,
+}
+
+impl PartialEq for Candidacy {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.key, &self.identity, self.ttl, self.drift_margin)
+            == (&other.key, &other.identity, other.ttl, other.drift_margin)
+    }
+}
+
+impl Eq for Candidacy {}
+
+/// Trouble a backend worked around on a candidacy's behalf: nothing failed,
+/// but the election is less sound or slower than it should be until someone
+/// looks (a Redis master that had lost the key, a watch the server keeps
+/// refusing). The backend also logs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Warning {
+    /// What the backend was doing: `"renew"`, `"campaign"`, `"watch"`…
+    pub operation: &'static str,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.operation, self.message)
+    }
+}
+
+type WarningSink = Arc<dyn Fn(Warning) + Send + Sync>;
+
+/// Where a candidacy's [`Warning`]s go; nowhere by default.
+#[derive(Clone, Default)]
+struct Warnings(Option<WarningSink>);
+
+impl fmt::Debug for Warnings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Warnings(..)"
+        } else {
+            "Warnings(none)"
+        })
+    }
 }
 
 impl Candidacy {
@@ -55,7 +105,28 @@ impl Candidacy {
             identity,
             ttl,
             drift_margin,
+            warnings: Warnings::default(),
         })
+    }
+
+    /// The same candidacy, its [`warning`](Self::warning)s handed to
+    /// `sink` (an [`Elector`](crate::Elector) sets its own, which counts them
+    /// in its health).
+    pub fn with_warnings(mut self, sink: impl Fn(Warning) + Send + Sync + 'static) -> Self {
+        self.warnings = Warnings(Some(Arc::new(sink)));
+        self
+    }
+
+    /// For backends: tells whoever campaigns with this candidacy of trouble
+    /// that was worked around (see [`Warning`]). Log it as well; this only
+    /// counts it.
+    pub fn warning(&self, operation: &'static str, message: impl fmt::Display) {
+        if let Some(sink) = &self.warnings.0 {
+            sink(Warning {
+                operation,
+                message: message.to_string(),
+            });
+        }
     }
 
     /// The election key.

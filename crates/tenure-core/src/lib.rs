@@ -25,7 +25,7 @@ pub use elector::{
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
 pub use hosted::{on_heartbeat_runtime, HostedBackend};
-pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle, LossSignal};
+pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle, LossSignal, Warning};
 pub use loss::LossReason;
 pub use memory::MemoryBackend;
 pub use types::{

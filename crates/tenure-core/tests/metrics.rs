@@ -164,4 +164,33 @@ async fn an_elector_reports_terms_renewals_errors_and_losses() {
         a.health().last_loss.map(|(reason, _)| reason),
         Some(LossReason::Resigned)
     );
+
+    // A backend's warnings (told through the candidacy it was handed, as
+    // a Redis renewal that took back a master does) are counted.
+    assert_eq!(a.health().warnings, 0);
+    a.candidacy().warning("renew", "master 0 had lost the key");
+    a.candidacy()
+        .clone()
+        .warning("watch", "the server refused the watch");
+    let health = a.health();
+    assert_eq!(health.warnings, 2);
+    let (last, _) = health.last_warning.expect("the last warning");
+    assert_eq!(
+        (last.operation, last.message.as_str()),
+        ("watch", "the server refused the watch")
+    );
+    let renew = [me[0], me[1], ("operation", "renew")];
+    assert_eq!(seen.counter("tenure_backend_warnings_total", &renew), 1);
+    // A candidacy of its own (no elector) tells nobody, and is equal to
+    // the elector's.
+    let bare = tenure_core::Candidacy::with_drift_margin(
+        a.candidacy().key().clone(),
+        a.candidacy().identity().clone(),
+        a.candidacy().ttl(),
+        a.candidacy().drift_margin(),
+    )
+    .unwrap();
+    bare.warning("renew", "nobody hears this");
+    assert_eq!(&bare, a.candidacy());
+    assert_eq!(a.health().warnings, 2);
 }

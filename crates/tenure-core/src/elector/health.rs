@@ -11,6 +11,7 @@
 //! | `tenure_renew_duration_seconds` | histogram | each renewal's round trip, by `outcome` (`ok`, `error`) |
 //! | `tenure_last_renewal_timestamp_seconds` | gauge | Unix time at which the last successful renewal (or the grant) was sent; its age is `time() - value` |
 //! | `tenure_backend_errors_total` | counter | errors a backend call of this elector returned, by `operation` |
+//! | `tenure_backend_warnings_total` | counter | trouble a backend worked around for this elector ([`Warning`]), by `operation` |
 //!
 //! Nothing is recorded unless the application installs a `metrics`
 //! recorder (a Prometheus exporter, for example).
@@ -21,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::{Candidacy, Error, LossReason};
+use crate::{Candidacy, Error, LossReason, Warning};
 
 /// An elector's health, from [`Elector::health`](super::Elector::health):
 /// figures taken at the moment of the call, and a verdict,
@@ -43,6 +44,12 @@ pub struct Health {
     pub since_last_renewal: Option<Duration>,
     /// Why the last term ended, and how long ago.
     pub last_loss: Option<(LossReason, Duration)>,
+    /// How many times the backend worked around trouble for this elector
+    /// (a Redis master that had lost the key and was taken back, a watch
+    /// the server kept refusing…): nothing failed, but someone should look.
+    pub warnings: u64,
+    /// The last of those [`Warning`]s, and how long ago.
+    pub last_warning: Option<(Warning, Duration)>,
 }
 
 impl Health {
@@ -109,6 +116,8 @@ struct State {
     last_error: Option<(Arc<Error>, Instant)>,
     last_renewal: Option<Instant>,
     last_loss: Option<(LossReason, Instant)>,
+    warnings: u64,
+    last_warning: Option<(Warning, Instant)>,
 }
 
 /// Records what [`Health`] and the metrics report, for one elector.
@@ -193,6 +202,19 @@ impl Reporter {
         self.state().last_error = Some((error, Instant::now()));
     }
 
+    /// The backend worked around trouble (see [`Warning`]).
+    pub fn warning(&self, warning: Warning) {
+        let labels = [
+            self.labels[0].clone(),
+            self.labels[1].clone(),
+            ("operation", warning.operation.to_owned()),
+        ];
+        metrics::counter!("tenure_backend_warnings_total", &labels).increment(1);
+        let mut state = self.state();
+        state.warnings += 1;
+        state.last_warning = Some((warning, Instant::now()));
+    }
+
     pub fn health(&self, is_leader: bool) -> Health {
         let now = Instant::now();
         let state = self.state();
@@ -208,6 +230,11 @@ impl Reporter {
             last_loss: state
                 .last_loss
                 .map(|(reason, at)| (reason, now.saturating_duration_since(at))),
+            warnings: state.warnings,
+            last_warning: state
+                .last_warning
+                .as_ref()
+                .map(|(warning, at)| (warning.clone(), now.saturating_duration_since(*at))),
         }
     }
 }

@@ -218,10 +218,19 @@ impl ElectorBuilder {
             ));
         }
         let (shutdown, _) = watch::channel(false);
+        let reporter = Arc::new(Reporter::new(&candidacy));
+        let candidacy = {
+            let reporter = Arc::downgrade(&reporter);
+            candidacy.with_warnings(move |warning| {
+                if let Some(reporter) = reporter.upgrade() {
+                    reporter.warning(warning);
+                }
+            })
+        };
         Ok(Elector {
             inner: Arc::new(Inner {
                 backend: self.backend,
-                reporter: Arc::new(Reporter::new(&candidacy)),
+                reporter,
                 candidacy,
                 settings: Arc::new(Settings {
                     ttl,
