@@ -36,9 +36,12 @@ const BACKEND: &str = "redis";
 pub struct RedlockOptions {
     /// Put before every election key; default `"tenure:"`.
     pub key_prefix: String,
-    /// How long one master may take to answer one call, as a fraction of
-    /// the lease's TTL; default 1/3. A master slower than that counts as
-    /// not answering (Redlock's per-node timeout, small against the TTL).
+    /// The most one master may take to answer one call, as a fraction of
+    /// the lease's TTL; default 1/3. A master slower than its timeout counts
+    /// as not answering (Redlock's per-node timeout, small against the
+    /// TTL). The timeout itself is this bound until the master has answered
+    /// a few calls, then derived from its round trips (four times RFC
+    /// 6298's retransmission timeout, at least 250 ms), never above it.
     pub node_timeout_fraction: f64,
     /// How long connecting to one master may take; default 2 s.
     pub connect_timeout: Duration,
@@ -343,7 +346,11 @@ impl RedlockBackend {
                     // those (`~<prefix>*`) must be able to connect.
                     let check = format!("{}connect-check", this.inner.options.key_prefix);
                     let look = this.inner.scripts.look.key(check.as_str());
-                    (m, m.invoke(&look, timeout).await)
+                    let answer = m.invoke(&look, timeout).await;
+                    if answer.is_ok() {
+                        check_eviction(m, timeout).await;
+                    }
+                    (m, answer)
                 })
                 .collect();
             let mut failures = Vec::new();
@@ -383,12 +390,15 @@ impl RedlockBackend {
     /// from the send, is still valid. Whatever was taken of a round that
     /// failed is released on every master.
     ///
-    /// The first master that has not failed lately is asked first, alone
+    /// The first master that answered its last call is asked first, alone
     /// (the gate): of candidates racing for a free key only the one it
     /// grants goes on to the others, so a hundred waiters woken by one
     /// release do not split the masters' votes among them and all back
     /// off (a livelock measured here without it). The others are then asked
-    /// in parallel. Safety is Redlock's all the same: a majority must grant.
+    /// in parallel; also if the gate has not answered within a few of its
+    /// round trips (at least 50 ms), so a silent master costs a round no
+    /// more than that. Safety is Redlock's all the same: a majority must
+    /// grant.
     ///
     /// `known` is the value a majority was last seen to hold (a waiter's
     /// memory across its rounds): a gate that refuses with it is believed
@@ -436,10 +446,30 @@ impl RedlockBackend {
         let gate = (n > 1)
             .then(|| self.inner.masters.iter().position(Master::trusted))
             .flatten();
+        let mut calls = FuturesUnordered::new();
         if let Some(g) = gate {
-            match call(g).await {
-                (_, Ok(None)) => granted += 1,
-                (_, Ok(Some((holder, left)))) => {
+            // Asked alone, but not waited for past a few of its round
+            // trips: a silent first master (black-holed, stalled) would
+            // otherwise cost every round its whole timeout.
+            let mut first = Box::pin(call(g));
+            let hedge = self.inner.masters[g].hedge_within(timeout);
+            let answered = tokio::select! {
+                answer = &mut first => Some(answer),
+                _ = tokio::time::sleep(hedge) => None,
+            };
+            match answered {
+                None => {
+                    self.inner.masters[g].slow();
+                    tracing::debug!(
+                        master = %self.inner.masters[g].addr,
+                        key,
+                        ?hedge,
+                        "the first master is slow to answer; asking the others too"
+                    );
+                    calls.push(first);
+                }
+                Some((_, Ok(None))) => granted += 1,
+                Some((_, Ok(Some((holder, left))))) => {
                     // Refused at the gate: a hint only. The key there may be
                     // an orphan (a release or an undo that missed it, a key
                     // set by hand) while a majority is free.
@@ -464,17 +494,12 @@ impl RedlockBackend {
                     refused += 1;
                     holders.push((holder, left));
                 }
-                (m, Err(e)) => failures.push(format!("{}: {e}", m.addr)),
+                Some((m, Err(e))) => failures.push(format!("{}: {e}", m.addr)),
             }
         }
-        let mut calls: FuturesUnordered<_> = self
-            .inner
-            .masters
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != gate)
-            .map(|(i, _)| call(i))
-            .collect();
+        for i in (0..n).filter(|i| Some(*i) != gate) {
+            calls.push(Box::pin(call(i)));
+        }
         let mut outstanding = calls.len();
         while granted < quorum && n - refused - failures.len() >= quorum {
             let Some((m, answer)) = calls.next().await else {
@@ -558,7 +583,7 @@ impl RedlockBackend {
         let mut pause = None;
         loop {
             let started = Instant::now();
-            let looks: FuturesUnordered<_> = self
+            let mut looks: FuturesUnordered<_> = self
                 .inner
                 .masters
                 .iter()
@@ -569,17 +594,23 @@ impl RedlockBackend {
                     m.invoke(&look, timeout).await
                 })
                 .collect();
-            let answers: Vec<_> = looks.collect().await;
-            let holding = 1 + answers
-                .into_iter()
-                .filter(|answer| match answer {
-                    Ok(Value::Array(items)) => matches!(
+            // Until the answers settle it: a silent master is not waited
+            // for once the others decided.
+            let mut holding = 1;
+            while holding < self.inner.quorum && holding + looks.len() >= self.inner.quorum {
+                let Some(answer) = looks.next().await else {
+                    break;
+                };
+                if let Ok(Value::Array(items)) = answer {
+                    if matches!(
                         items.first(),
                         Some(Value::BulkString(held)) if held.as_slice() == value.as_bytes()
-                    ),
-                    _ => false,
-                })
-                .count();
+                    ) {
+                        holding += 1;
+                    }
+                }
+            }
+            drop(looks);
             if holding >= self.inner.quorum || pause.is_some() {
                 return holding >= self.inner.quorum;
             }
@@ -590,31 +621,47 @@ impl RedlockBackend {
     }
 
     /// Runs `RELEASE` for `value` on every master, for at most `timeout`
-    /// each; how many deleted it or no longer had it, and what failed.
+    /// each, until a majority let go (or can no longer): how many deleted
+    /// it or no longer had it, and what failed. The masters still to answer
+    /// finish on the heartbeat runtime, not counted as a cleanup that
+    /// `Elector::shutdown` waits for: a silent master does not hold up a
+    /// resign, a shutdown or a process's exit, and its key, on a minority,
+    /// expires by itself.
     async fn release_everywhere(
         &self,
         key: &str,
         value: &str,
         timeout: Duration,
     ) -> (usize, Vec<String>) {
-        let calls: FuturesUnordered<_> = self
-            .inner
-            .masters
-            .iter()
-            .map(|m| async move {
-                let mut call = self.inner.scripts.release.key(key);
-                call.arg(value).arg(key);
-                (m, m.invoke(&call, timeout).await)
+        let (n, quorum) = (self.inner.masters.len(), self.inner.quorum);
+        let mut calls: FuturesUnordered<_> = (0..n)
+            .map(|i| {
+                let (this, key, value) = (self.clone(), key.to_owned(), value.to_owned());
+                async move {
+                    let mut call = this.inner.scripts.release.key(key.as_str());
+                    call.arg(value.as_str()).arg(key.as_str());
+                    (i, this.inner.masters[i].invoke(&call, timeout).await)
+                }
             })
             .collect();
-        let answers: Vec<_> = calls.collect().await;
-        let mut done = 0;
-        let mut failures = Vec::new();
-        for (m, answer) in answers {
+        let (mut done, mut failures) = (0, Vec::new());
+        while done < quorum && n - failures.len() >= quorum {
+            let Some((i, answer)) = calls.next().await else {
+                break;
+            };
             match answer {
                 Ok(_) => done += 1,
-                Err(e) => failures.push(format!("{}: {e}", m.addr)),
+                Err(e) => failures.push(format!("{}: {e}", self.inner.masters[i].addr)),
             }
+        }
+        if !calls.is_empty() {
+            tenure_core::heartbeat_runtime().spawn(async move {
+                while let Some((_, answer)) = calls.next().await {
+                    if let Err(e) = answer {
+                        tracing::debug!(error = %e, "a release left to finish in the background failed (the key expires)");
+                    }
+                }
+            });
         }
         (done, failures)
     }
@@ -647,6 +694,13 @@ impl RedlockBackend {
                             "the key never expires (set without PX, or PERSISTed): waiting \
                              until it is deleted, looking again every TTL"
                         );
+                        candidacy.warning(
+                            "campaign",
+                            format!(
+                                "the key {key} never expires (set without PX, or PERSISTed): \
+                                 waiting until it is deleted"
+                            ),
+                        );
                     }
                     free_in + jitter(Duration::from_millis(3))
                 }
@@ -667,6 +721,13 @@ impl RedlockBackend {
                                 });
                                 told = Some((now, every));
                                 tracing::warn!(key, failures = %failures.join("; "), "a waiting campaign reached no majority of masters; retrying");
+                                candidacy.warning(
+                                    "campaign",
+                                    format!(
+                                        "no majority of masters reached; retrying: {}",
+                                        failures.join("; ")
+                                    ),
+                                );
                             }
                         }
                     }
@@ -687,16 +748,30 @@ impl RedlockBackend {
     }
 
     /// Subscribes to `channel` on every master that answers in time; one
-    /// merged stream of wake-ups.
+    /// merged stream of wake-ups. Returns once a majority is subscribed (a
+    /// release reaches a majority, so one of them tells of it) or every
+    /// master answered; the others join the stream as they are made, so a
+    /// silent master holds up nothing. The stream ends once every
+    /// subscription has.
     async fn subscribe(&self, channel: &str, timeout: Duration) -> BoxStream<'static, ()> {
-        let subscriptions = futures::future::join_all(
-            self.inner
-                .masters
-                .iter()
-                .map(|m| m.subscribe(channel, timeout)),
-        )
-        .await;
-        futures::stream::select_all(subscriptions.into_iter().flatten()).boxed()
+        let mut pending: FuturesUnordered<_> = (0..self.inner.masters.len())
+            .map(|i| {
+                let (this, channel) = (self.clone(), channel.to_owned());
+                async move { this.inner.masters[i].subscribe(&channel, timeout).await }
+            })
+            .collect();
+        let mut made = Vec::new();
+        while made.len() < self.inner.quorum {
+            match pending.next().await {
+                Some(Some(subscription)) => made.push(subscription),
+                Some(None) => {}
+                None => break,
+            }
+        }
+        let later = pending
+            .filter_map(futures::future::ready)
+            .flatten_unordered(None);
+        futures::stream::select(futures::stream::select_all(made), later).boxed()
     }
 
     async fn renew_inner(&self, lease: &Lease) -> Result<Lease> {
@@ -753,7 +828,10 @@ impl RedlockBackend {
                 self.repair(&state, &lacking, expires, &renewed, timeout)
                     .await;
                 let (this, state, held) = (self.clone(), state.clone(), renewed.clone());
-                spawn_cleanup(async move {
+                // Not a cleanup `Elector::shutdown` waits for: it waits on
+                // masters that did not answer in time, and stops taking any
+                // back once the lease is released.
+                tenure_core::heartbeat_runtime().spawn(async move {
                     let mut lacking = failed;
                     while let Some((i, answer)) = calls.next().await {
                         if !matches!(answer, Ok(Value::Int(1))) {
@@ -814,12 +892,21 @@ impl RedlockBackend {
         for (i, answer) in answers {
             let master = &self.inner.masters[i].addr;
             match answer {
-                Some(Ok(Value::Int(2))) => tracing::warn!(
-                    master,
-                    key = state.key,
-                    "a Redis master had lost the lease's key (restarted empty, evicted, or missed \
-                     by a grant); taken back, so the lease survives one more such loss"
-                ),
+                Some(Ok(Value::Int(2))) => {
+                    tracing::warn!(
+                        master,
+                        key = state.key,
+                        "a Redis master had lost the lease's key (restarted empty, evicted, or \
+                         missed by a grant); taken back, so the lease survives one more such loss"
+                    );
+                    lease.candidacy().warning(
+                        "renew",
+                        format!(
+                            "Redis master {master} had lost the lease's key (restarted empty, \
+                             evicted, or missed by a grant); taken back"
+                        ),
+                    );
+                }
                 Some(Ok(_)) | None => {}
                 Some(Err(e)) => {
                     tracing::debug!(master, error = %e, "taking back a master that lacks the key failed")
@@ -828,6 +915,9 @@ impl RedlockBackend {
         }
     }
 
+    /// Releases on every master; returns once a majority let go (or can no
+    /// longer), the rest finishing in the background: a silent master does
+    /// not hold up a resign or a shutdown.
     async fn release_inner(&self, lease: &Lease) -> Result<()> {
         let state = state_of(lease)?;
         state
@@ -848,6 +938,34 @@ impl RedlockBackend {
             )))
         }
     }
+}
+
+/// WARNs if `m` may evict a lease's key before it expires: a memory limit
+/// with a `maxmemory-policy` other than `noeviction` (the `volatile-*`
+/// policies evict keys with a TTL, as every lease key has). Silent where
+/// the master does not say (`CONFIG` refused).
+async fn check_eviction(m: &Master, timeout: Duration) {
+    let Some(policy) = m.config("maxmemory-policy", timeout).await else {
+        return;
+    };
+    let maxmemory = m.config("maxmemory", timeout).await;
+    if let Some(why) = eviction_risk(maxmemory.as_deref(), &policy) {
+        tracing::warn!(master = %m.addr, policy, "{why}");
+    }
+}
+
+/// Why a master with this `maxmemory` (bytes, as `CONFIG GET` says it;
+/// `None` if unknown) and `maxmemory-policy` may evict a lease's key early,
+/// if it may.
+fn eviction_risk(maxmemory: Option<&str>, policy: &str) -> Option<String> {
+    if policy.eq_ignore_ascii_case("noeviction") || maxmemory == Some("0") {
+        return None;
+    }
+    Some(format!(
+        "maxmemory-policy is {policy}: under memory pressure this master may evict a lease's \
+         key before it expires, and another candidate can then be granted while the holder \
+         still leads; set maxmemory-policy noeviction on the masters tenure uses"
+    ))
 }
 
 /// Releases a round's value on every master when dropped armed.
@@ -1011,6 +1129,23 @@ impl HostedBackend for RedlockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_memory_limit_with_an_evicting_policy_is_a_risk() {
+        assert_eq!(eviction_risk(Some("0"), "allkeys-lru"), None);
+        assert_eq!(eviction_risk(Some("104857600"), "noeviction"), None);
+        assert_eq!(eviction_risk(None, "NOEVICTION"), None);
+        for policy in [
+            "allkeys-lru",
+            "volatile-ttl",
+            "volatile-lru",
+            "allkeys-random",
+        ] {
+            let why = eviction_risk(Some("104857600"), policy).expect(policy);
+            assert!(why.contains(policy) && why.contains("noeviction"), "{why}");
+        }
+        assert!(eviction_risk(None, "volatile-lfu").is_some());
+    }
 
     #[test]
     fn a_stored_value_names_its_holder() {

@@ -286,11 +286,14 @@ async fn a_key_lost_on_one_master_is_taken_again_at_the_next_renewal() {
         .await
         .expect("a second client");
     let ttl = Duration::from_secs(10);
-    let lease = match t
-        .client
-        .acquire(&candidacy("decay", "a", ttl), AcquireMode::Once)
-        .await
-    {
+    // The repair is told to the candidacy's owner (an Elector counts it in
+    // its health).
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let a = {
+        let told = told.clone();
+        candidacy("decay", "a", ttl).with_warnings(move |w| told.lock().unwrap().push(w))
+    };
+    let lease = match t.client.acquire(&a, AcquireMode::Once).await {
         Ok(Acquisition::Granted(lease)) => lease,
         other => panic!("a was not granted a free key: {other:?}"),
     };
@@ -300,6 +303,13 @@ async fn a_key_lost_on_one_master_is_taken_again_at_the_next_renewal() {
         .renew(&lease)
         .await
         .expect("a renews on two of three");
+    {
+        let told = told.lock().unwrap();
+        assert!(
+            told.len() == 1 && told[0].operation == "renew" && told[0].message.contains("lost"),
+            "the repair was not told as one renew warning: {told:?}"
+        );
+    }
     lose_key_on(&t.cluster, 1, "decay").await;
     let b = candidacy("decay", "b", ttl);
     match other.acquire(&b, AcquireMode::Once).await {
@@ -464,4 +474,86 @@ async fn a_key_that_never_expires_is_waited_on_without_spinning() {
         "not granted within a TTL of the key's deletion: {granted:?}"
     );
     watching.abort();
+}
+
+/// A master that answers nothing (black-holed: its connection stays open,
+/// nothing comes back) costs a campaign and a release no more than the
+/// others' round trips: the first master, asked alone, is given a few round
+/// trips before the others are asked too, a master that failed is not asked
+/// first again until it answers, and a release returns once a majority let
+/// go. At TTL 30 s, with a per-master timeout of a third of it, each waited
+/// 10 s for the silent master before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_master_stalls_neither_a_campaign_nor_a_release() {
+    let t = three().await;
+    let ttl = Duration::from_secs(30);
+    let quick = Duration::from_secs(1);
+    // Warm the connections, then silence the first master: the one a
+    // campaign asks alone.
+    let warm = candidacy("warm", "a", ttl);
+    match t.client.acquire(&warm, AcquireMode::Once).await {
+        Ok(Acquisition::Granted(lease)) => t.client.release(&lease).await.unwrap(),
+        other => panic!("warm-up: {other:?}"),
+    }
+    t.links[0].set(LinkFault::Blackhole).await.unwrap();
+
+    for round in 0..2 {
+        let started = Instant::now();
+        let lease = match t
+            .client
+            .acquire(&candidacy("silent", "a", ttl), AcquireMode::Once)
+            .await
+        {
+            Ok(Acquisition::Granted(lease)) => lease,
+            other => panic!("round {round}: two masters of three are free, yet {other:?}"),
+        };
+        let took = started.elapsed();
+        let left = lease
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        assert!(
+            took < quick && left > Duration::from_secs(25),
+            "round {round}: with the first master black-holed, acquire took {took:?} and the \
+             lease has {left:?} of its {ttl:?} left"
+        );
+        let started = Instant::now();
+        t.client.release(&lease).await.unwrap();
+        eprintln!(
+            "round {round}, first master black-holed: acquire {took:?} ({left:?} left), release {:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() < quick,
+            "round {round}: with one master black-holed, release took {:?}",
+            started.elapsed()
+        );
+    }
+
+    // An Elector's shutdown (so `tenure run`'s exit) does not wait for it.
+    let elector = Elector::builder(Arc::new(t.client.clone()))
+        .key("silent-elector")
+        .identity("a")
+        .ttl(ttl)
+        .allow_unfenced()
+        .build()
+        .unwrap();
+    let leadership = tokio::time::timeout(quick, elector.campaign())
+        .await
+        .expect("an elector leads within a second with one master black-holed")
+        .unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), elector.shutdown())
+        .await
+        .expect("shutdown ended");
+    eprintln!(
+        "first master black-holed: an elector's shutdown {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < quick,
+        "with one master black-holed, shutdown took {:?}",
+        started.elapsed()
+    );
+    leadership.lost().await;
+    t.links[0].set(LinkFault::Pass).await.unwrap();
 }
