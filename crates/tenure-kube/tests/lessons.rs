@@ -584,6 +584,7 @@ async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_stand
         504,
         "Timeout: request did not complete within requested timeout - context deadline exceeded",
     );
+    let writes_before = env.server.writes();
     let answer = a
         .acquire(&candidacy("maybe-applied", "a"), AcquireMode::Once)
         .await;
@@ -592,11 +593,14 @@ async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_stand
         .map(|_| ())
         .expect_err("a's take-over was answered 504");
     assert!(error.is_retryable(), "a 504 is not retryable: {error}");
+    // The take-over committed: the Lease names a, or (the guard was quick)
+    // a's release of it followed, a second write.
     let written = spec(&raw, "maybe-applied").await;
-    assert_eq!(
-        written.holder_identity.as_deref(),
-        Some("a"),
-        "the take-over answered 504 did not commit: {written:?}"
+    let writes = env.server.writes() - writes_before;
+    assert!(
+        written.holder_identity.as_deref() == Some("a")
+            || (written.holder_identity.as_deref() == Some("") && writes >= 2),
+        "the take-over answered 504 did not commit ({writes} writes since): {written:?}"
     );
 
     let waiting = tokio::spawn({
