@@ -595,7 +595,7 @@ impl HostedBackend for EtcdBackend {
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
         let prefix = election::election_prefix(&self.settings, key.as_str());
-        watch::watch(self.client.clone(), prefix, self.settings.clone()).await
+        watch::watch(self.members.clone(), prefix, self.settings.clone()).await
     }
 }
 
