@@ -6,6 +6,7 @@ use std::io;
 use std::process::ExitStatus;
 
 use crate::failure::Failure;
+use crate::keeper::Keeper;
 
 /// A started command. Its process group (the command and whatever it starts
 /// without leaving the group) is what gets signalled.
@@ -13,6 +14,18 @@ pub struct Child {
     process: tokio::process::Child,
     /// The process group: the command's pid.
     group: libc::pid_t,
+    /// The keeper that kills the group if tenure cannot, if any.
+    keeper: Option<Keeper>,
+}
+
+/// How to start a command, beyond its arguments and environment.
+#[derive(Default)]
+pub struct Launch {
+    /// A keeper the command tells its process group before it execs: from
+    /// its first instruction on, the keeper can kill it.
+    pub keeper: Option<Keeper>,
+    /// Give the command no standard input (/dev/null).
+    pub no_stdin: bool,
 }
 
 impl Child {
@@ -24,7 +37,11 @@ impl Child {
     /// spawned task): Linux sends the parent-death signal when the *thread*
     /// that started the child ends, and only the main thread lives as long
     /// as tenure does.
-    pub fn spawn(command: &[OsString], env: &[(&str, Option<String>)]) -> Result<Child, Failure> {
+    pub fn spawn(
+        command: &[OsString],
+        env: &[(&str, Option<String>)],
+        launch: Launch,
+    ) -> Result<Child, Failure> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::new("no command to run"))?;
@@ -37,8 +54,26 @@ impl Child {
             };
         }
         cmd.process_group(0).kill_on_drop(true);
+        if launch.no_stdin {
+            cmd.stdin(std::process::Stdio::null());
+        }
         die_with_parent(&mut cmd);
-        let process = cmd.spawn().map_err(|error| {
+        if let Some(keeper) = &launch.keeper {
+            // SAFETY: the announcer makes one write(2) and getpid(2), both
+            // async-signal-safe, and allocates nothing.
+            unsafe {
+                cmd.pre_exec(keeper.announcer());
+            }
+        }
+        let spawned = cmd.spawn();
+        let mut keeper = launch.keeper;
+        if spawned.is_err() {
+            // The command never ran: the pid it announced is gone already.
+            if let Some(keeper) = &mut keeper {
+                keeper.dismiss();
+            }
+        }
+        let process = spawned.map_err(|error| {
             let program = program.to_string_lossy();
             match error.kind() {
                 io::ErrorKind::NotFound => {
@@ -54,7 +89,50 @@ impl Child {
             .id()
             .and_then(|pid| libc::pid_t::try_from(pid).ok())
             .ok_or_else(|| Failure::new("the command exited before its pid was known"))?;
-        Ok(Child { process, group })
+        if let Some(keeper) = &keeper {
+            tracing::debug!(
+                pid = group,
+                keeper = keeper.pid(),
+                "the command started, kept"
+            );
+        }
+        Ok(Child {
+            process,
+            group,
+            keeper,
+        })
+    }
+
+    /// Tells the keeper (if any) the deadline past which it kills the group.
+    pub fn keep_until(&mut self, deadline: tokio::time::Instant) {
+        if let Some(keeper) = &mut self.keeper {
+            keeper.extend(deadline);
+        }
+    }
+
+    /// Once the command is reaped: lets the keeper go without a kill.
+    /// Whether the keeper had killed the group at its deadline.
+    pub async fn release_keeper(&mut self) -> bool {
+        match self.keeper.take() {
+            Some(keeper) => keeper.stand_down().await == Some(crate::keeper::KILLED_AT_DEADLINE),
+            None => false,
+        }
+    }
+
+    /// The signal that stopped the command, if it is stopped now (without
+    /// consuming the state change: tokio's reaper still sees the exit).
+    pub fn stopped_by(&self) -> Option<libc::c_int> {
+        // SAFETY: waitid writes into the siginfo we pass; WNOWAIT leaves
+        // the child's state to be waited for again.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT;
+            if libc::waitid(libc::P_PID, self.group as libc::id_t, &mut info, flags) != 0 {
+                return None;
+            }
+            (info.si_code == libc::CLD_STOPPED && info.si_pid() == self.group)
+                .then(|| info.si_status())
+        }
     }
 
     /// The command's pid (and process group id).
@@ -145,6 +223,7 @@ mod tests {
         let mut child = Child::spawn(
             &["sh".into(), "-c".into(), script.into()],
             &[("TENURE_KEY", Some("k".to_owned())), ("HOME", None)],
+            Launch::default(),
         )
         .unwrap();
         assert!(child.pid() > 0);
@@ -153,7 +232,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_missing_program_is_127() {
-        let failure = Child::spawn(&["/no/such/program".into()], &[])
+        let failure = Child::spawn(&["/no/such/program".into()], &[], Launch::default())
             .err()
             .unwrap();
         assert_eq!(failure.code, 127);
@@ -162,7 +241,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn signalling_the_group_reaches_the_command() {
-        let mut child = Child::spawn(&["sleep".into(), "30".into()], &[]).unwrap();
+        let mut child =
+            Child::spawn(&["sleep".into(), "30".into()], &[], Launch::default()).unwrap();
         child.signal_group(libc::SIGTERM);
         let status = child.wait().await.unwrap();
         assert_eq!(exit_code(status), 143);

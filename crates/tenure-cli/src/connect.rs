@@ -7,19 +7,20 @@ use std::time::Duration;
 use tenure::{Elector, Error, LeaderInfo, LeaseBackend, DEFAULT_TTL};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::args::Election;
+use crate::args::Backend;
 use crate::failure::{chain, Failure};
 
 /// Pause between two looks at an unreachable backend.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
 
-/// A client for `--backend`. A bad or unknown URL fails at once; a client
-/// that cannot connect within `--connect-timeout` fails then.
-pub async fn backend(election: &Election) -> Result<Arc<dyn LeaseBackend>, Failure> {
-    let url = &election.backend;
-    let limit = election.connect_timeout;
-    match tokio::time::timeout(limit, tenure::connect(url)).await {
-        Ok(Ok(backend)) => Ok(backend),
+/// A client for `--backend` (or `--backend-file`, or `TENURE_BACKEND`), and
+/// its URL. A bad or unknown URL fails at once; a client that cannot
+/// connect within `--connect-timeout` fails then.
+pub async fn backend(place: &Backend) -> Result<(Arc<dyn LeaseBackend>, String), Failure> {
+    let url = place.url()?;
+    let limit = place.connect_timeout;
+    match tokio::time::timeout(limit, tenure::connect(&url)).await {
+        Ok(Ok(backend)) => Ok((backend, url)),
         // Bad URLs name `url` (and the cargo feature, for a backend left out).
         Ok(Err(error @ Error::InvalidArgument { .. })) => Err(error.into()),
         Ok(Err(error)) => Err(Failure::new(format!(
@@ -31,6 +32,38 @@ pub async fn backend(election: &Election) -> Result<Arc<dyn LeaseBackend>, Failu
             humantime::format_duration(limit)
         ))),
     }
+}
+
+/// A candidate's elector (run, campaign): the key, identity and TTL are
+/// checked against the backend, and the backend answers a first look.
+pub async fn candidate(
+    place: &Backend,
+    key: &str,
+    identity: Option<&str>,
+    ttl: Duration,
+    started: Instant,
+) -> Result<Elector, Failure> {
+    let (backend, url) = backend(place).await?;
+    // A backend that cannot fence (Redis) is only built from a URL that
+    // says so (`?allow_unfenced=true`): that is the user's opt-in, and the
+    // command then runs without TENURE_FENCING_TOKEN.
+    let unfenced = !backend.capabilities().fencing;
+    let mut builder = Elector::builder(backend).key(key).ttl(ttl);
+    if unfenced {
+        builder = builder.allow_unfenced();
+    }
+    if let Some(identity) = identity {
+        builder = builder.identity(identity);
+    }
+    // The TTL is checked first, against the backend's bounds.
+    let elector = builder.build()?;
+    let leader = first_look(&elector, &url, place.connect_timeout, started).await?;
+    tracing::info!(
+        key,
+        leader = leader.as_ref().map(|l| l.identity.to_string()),
+        "campaigning"
+    );
+    Ok(elector)
 }
 
 /// An elector that only looks (status, watch): the key is checked against
@@ -53,11 +86,11 @@ pub fn observer(backend: Arc<dyn LeaseBackend>, key: &str) -> Result<Elector, Fa
 /// unavailable, until `--connect-timeout` has passed since `started`.
 pub async fn first_look(
     elector: &Elector,
-    election: &Election,
+    url: &str,
+    connect_timeout: Duration,
     started: Instant,
 ) -> Result<Option<LeaderInfo>, Failure> {
-    let url = &election.backend;
-    let deadline = started + election.connect_timeout;
+    let deadline = started + connect_timeout;
     let mut last_error = None;
     loop {
         match timeout_at(deadline, elector.leader()).await {
@@ -80,6 +113,6 @@ pub async fn first_look(
     let why = last_error.map_or_else(|| "no answer".to_owned(), |e| chain(&e));
     Err(Failure::new(format!(
         "cannot reach {url} within {} (--connect-timeout): {why}",
-        humantime::format_duration(election.connect_timeout)
+        humantime::format_duration(connect_timeout)
     )))
 }

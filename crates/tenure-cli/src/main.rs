@@ -1,9 +1,12 @@
 #![doc = include_str!("../README.md")]
 
 mod args;
+mod campaign;
 mod child;
 mod connect;
 mod failure;
+mod keeper;
+mod logging;
 mod report;
 mod run;
 mod signals;
@@ -14,7 +17,6 @@ mod watch;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use args::{Cli, Command};
 
@@ -25,12 +27,15 @@ use args::{Cli, Command};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    let drain = init_logging(cli.verbose);
     let outcome = match cli.command {
         Command::Run(args) => run::run(args).await,
+        Command::Campaign(args) => campaign::campaign(args).await,
         Command::Status(args) => status::status(args).await,
         Command::Watch(args) => watch::watch(args).await,
     };
+    // What is still queued is written now (for a moment at most).
+    drop(drain);
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
@@ -41,16 +46,17 @@ async fn main() -> ExitCode {
 }
 
 /// Logs to standard error: warnings, or more with each -v; RUST_LOG wins.
-fn init_logging(verbose: u8) {
+/// A full standard error drops lines rather than block (see `logging`).
+fn init_logging(verbose: u8) -> logging::Drain {
     let level = match verbose {
         0 => "warn",
         1 => "info",
         2 => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let (subscriber, drain) = logging::subscriber(level, std::io::stderr());
+    // Only fails if a subscriber was set already: none was. (Also takes
+    // the `log` records of the clients.)
+    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(subscriber);
+    drain
 }

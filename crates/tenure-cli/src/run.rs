@@ -6,51 +6,24 @@ use tenure::{Elector, Leadership};
 use tokio::time::Instant;
 
 use crate::args::RunArgs;
-use crate::child::{exit_code, Child};
+use crate::child::{exit_code, Child, Launch};
 use crate::connect;
 use crate::failure::Failure;
+use crate::keeper::Keeper;
 use crate::signals::Signals;
-use crate::supervise::{supervise, Ending};
+use crate::supervise::{keeper_deadline, supervise, Ending};
 
 /// Exit status when leadership was lost (without `--respawn`): like
 /// EX_TEMPFAIL, "try again later" (a supervisor may restart tenure, which
 /// then campaigns again).
 pub const EXIT_LOST: u8 = 75;
 
+/// Exit status when `--timeout` passed before tenure led (as timeout(1)).
+pub const EXIT_TIMEOUT: u8 = 124;
+
 /// Runs `tenure run`; returns the exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let started = Instant::now();
-    // From here on SIGINT and SIGTERM end tenure only through us.
-    let mut signals = Signals::listen()?;
-    let elector = tokio::select! {
-        elector = prepare(&args, started) => elector?,
-        received = signals.stop_requested() => return Ok(received.exit_code()),
-    };
-    let result = campaign_and_run(&args, &elector, &mut signals, args.kill_margin()).await;
-    // Withdraws a pending campaign, releases what is still held, closes the client.
-    elector.shutdown().await;
-    result
-}
-
-/// Connects, builds the elector (checking key, identity and TTL against the
-/// backend) and makes sure the backend answers.
-async fn prepare(args: &RunArgs, started: Instant) -> Result<Elector, Failure> {
-    let backend = connect::backend(&args.election).await?;
-    // A backend that cannot fence (Redis) is only built from a URL that
-    // says so (`?allow_unfenced=true`): that is the user's opt-in, and the
-    // command then runs without TENURE_FENCING_TOKEN.
-    let unfenced = !backend.capabilities().fencing;
-    let mut builder = Elector::builder(backend)
-        .key(&args.election.key)
-        .ttl(args.ttl);
-    if unfenced {
-        builder = builder.allow_unfenced();
-    }
-    if let Some(identity) = &args.identity {
-        builder = builder.identity(identity);
-    }
-    // The TTL is checked first, against the backend's bounds.
-    let elector = builder.build()?;
     let margin = args.kill_margin();
     // SIGTERM goes out at twice the margin before the deadline without a
     // renewal: that must come after the first renewal (at TTL/3) is due.
@@ -61,13 +34,69 @@ async fn prepare(args: &RunArgs, started: Instant) -> Result<Elector, Failure> {
             humantime::format_duration(args.ttl)
         )));
     }
-    let leader = connect::first_look(&elector, &args.election, started).await?;
-    tracing::info!(
-        key = %args.election.key,
-        leader = leader.as_ref().map(|l| l.identity.to_string()),
-        "campaigning"
+    warn_if_init();
+    // From here on SIGINT and SIGTERM end tenure only through us.
+    let mut signals = Signals::listen()?;
+    let prepare = connect::candidate(
+        &args.election.backend,
+        &args.election.key,
+        args.identity.as_deref(),
+        args.ttl,
+        started,
     );
-    Ok(elector)
+    let elector = tokio::select! {
+        elector = prepare => elector?,
+        received = signals.stop_requested() => return Ok(received.exit_code()),
+    };
+    let result = campaign_and_run(&args, &elector, &mut signals, margin).await;
+    // Withdraws a pending campaign, releases what is still held, closes the client.
+    elector.shutdown().await;
+    result
+}
+
+/// As a container's PID 1, tenure adopts every orphan and reaps none.
+fn warn_if_init() {
+    if std::process::id() == 1 {
+        tracing::warn!(
+            "running as PID 1: orphans of the command will not be reaped; run tenure under an init (docker run --init, tini)"
+        );
+    }
+}
+
+/// The campaign, given up after `timeout` if there is one.
+pub async fn campaign(
+    elector: &Elector,
+    timeout: Option<Duration>,
+) -> Result<Option<Leadership>, Failure> {
+    match timeout {
+        None => Ok(Some(elector.campaign().await?)),
+        Some(limit) => match tokio::time::timeout(limit, elector.campaign()).await {
+            Ok(leadership) => Ok(Some(leadership?)),
+            Err(_) => {
+                tracing::warn!(
+                    "did not lead within {} (--timeout); giving up",
+                    humantime::format_duration(limit)
+                );
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// The program and arguments to start: with `--shell`, `sh -c` and the
+/// words joined by spaces.
+fn command_line(args: &RunArgs) -> Vec<std::ffi::OsString> {
+    if !args.shell {
+        return args.command.clone();
+    }
+    let mut script = std::ffi::OsString::new();
+    for (n, word) in args.command.iter().enumerate() {
+        if n > 0 {
+            script.push(" ");
+        }
+        script.push(word);
+    }
+    vec!["sh".into(), "-c".into(), script]
 }
 
 async fn campaign_and_run(
@@ -78,11 +107,35 @@ async fn campaign_and_run(
 ) -> Result<u8, Failure> {
     loop {
         let leadership = tokio::select! {
-            leadership = elector.campaign() => leadership?,
+            leadership = campaign(elector, args.timeout) => match leadership? {
+                Some(leadership) => leadership,
+                None => return Ok(EXIT_TIMEOUT),
+            },
             received = signals.stop_requested() => return Ok(received.exit_code()),
         };
         let term = leadership.term();
-        let mut child = match Child::spawn(&args.command, &environment(args, &leadership)) {
+        // A tenure stopped between the grant and here may hold a term that
+        // is over already: then nothing starts.
+        if !term.is_valid() {
+            tracing::warn!(key = %term.key(), "the term was over before the command could start");
+            step_down(leadership).await;
+            if !args.respawn {
+                return Ok(EXIT_LOST);
+            }
+            continue;
+        }
+        // The keeper first: it knows the command's group before the command
+        // runs, and kills it if tenure cannot (stopped, or dead).
+        let keeper = Keeper::start(keeper_deadline(term.valid_until(), margin))
+            .map_err(|e| Failure::new(format!("cannot start the keeper process: {e}")));
+        let launch = keeper.map(|keeper| Launch {
+            keeper: Some(keeper),
+            no_stdin: args.no_stdin,
+        });
+        let spawned = launch.and_then(|launch| {
+            Child::spawn(&command_line(args), &environment(args, &leadership), launch)
+        });
+        let mut child = match spawned {
             Ok(child) => child,
             Err(failure) => {
                 step_down(leadership).await;
@@ -109,6 +162,12 @@ async fn campaign_and_run(
             Ending::Stopped { signal, status } => {
                 tracing::info!(signal = signal.0, %status, "stopped on request; stepped down");
                 return Ok(exit_code(status));
+            }
+            Ending::Stuck { signal, status } => {
+                tracing::error!(signal, %status, "the command was stopped by the terminal and ended; stepped down");
+                if !args.respawn {
+                    return Ok(exit_code(status));
+                }
             }
             Ending::Lost { reason, status } => {
                 tracing::warn!(%reason, %status, "the command was stopped: leadership is over");

@@ -19,9 +19,10 @@ pub const EXIT_VACANT: u8 = 1;
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     let started = Instant::now();
     let key = &args.election.key;
-    let backend = connect::backend(&args.election).await?;
+    let place = &args.election.backend;
+    let (backend, url) = connect::backend(place).await?;
     let elector = connect::observer(backend, key)?;
-    let leader = connect::first_look(&elector, &args.election, started).await;
+    let leader = connect::first_look(&elector, &url, place.connect_timeout, started).await;
     let seen = SystemTime::now();
     elector.shutdown().await;
     let leader = leader?;

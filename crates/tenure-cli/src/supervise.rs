@@ -9,6 +9,12 @@
 //!
 //! A term that ends earlier (the backend revoked it) sends SIGTERM at once;
 //! the SIGKILL deadline stands.
+//!
+//! A third deadline, `valid_until - margin / 2`, is the keeper's (see
+//! `keeper`): a process of its own that kills the group then unless told
+//! of a renewal, so that a tenure that is stopped (SIGSTOP, a debugger) or
+//! dies cannot leave the command running past the deadline. SIGTSTP
+//! (Ctrl-Z) stops the command's group before tenure stops itself.
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -39,6 +45,14 @@ pub enum Ending {
         /// How the command exited.
         status: ExitStatus,
     },
+    /// The command was stopped by SIGTTIN or SIGTTOU (it used the terminal
+    /// from a background process group) and could not go on: it was ended.
+    Stuck {
+        /// The signal that stopped it.
+        signal: libc::c_int,
+        /// How the command exited.
+        status: ExitStatus,
+    },
 }
 
 /// Where a term stands for its command.
@@ -51,6 +65,8 @@ struct Watch {
     killed: bool,
     /// The stop signal tenure received, if any.
     stop: Option<Received>,
+    /// The terminal signal that stopped the command, once it did.
+    stuck: Option<libc::c_int>,
 }
 
 /// `instant - by`, or now if that is in the past (or before the clock's start).
@@ -58,9 +74,16 @@ fn before(instant: Instant, by: Duration) -> Instant {
     instant.checked_sub(by).unwrap_or_else(Instant::now)
 }
 
+/// Where the keeper kills the group: half a margin before the deadline,
+/// after tenure's own SIGKILL (so a tenure that runs is always first).
+pub fn keeper_deadline(valid_until: Instant, margin: Duration) -> Instant {
+    before(valid_until, margin / 2)
+}
+
 /// Runs `child` for the term: forwards signals, stops the command when the
-/// term ends or its deadline nears, and returns once the command has exited
-/// (its whole group then gets SIGKILL: nothing it started outlives it).
+/// term ends or its deadline nears, keeps the keeper's deadline current, and
+/// returns once the command has exited (its whole group then gets SIGKILL:
+/// nothing it started outlives it).
 pub async fn supervise(
     child: &mut Child,
     term: &Term,
@@ -72,10 +95,15 @@ pub async fn supervise(
         terminated: false,
         killed: false,
         stop: None,
+        stuck: None,
     };
     let lost = term.lost();
     tokio::pin!(lost);
     let mut lost_seen = false;
+    // Renewals move the deadline every TTL/3; the keeper hears of it within
+    // half a margin (it kills half a margin before the deadline).
+    let mut keeper_tick = tokio::time::interval((margin / 2).max(Duration::from_millis(1)));
+    keeper_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let status = loop {
         let kill_at = before(term.valid_until(), margin);
         let term_at = before(term.valid_until(), margin * 2);
@@ -97,21 +125,37 @@ pub async fn supervise(
                     watch.terminate(child, "no renewal succeeded and the lease's local deadline is near".to_owned());
                 }
             }
+            _ = keeper_tick.tick() => {
+                child.keep_until(keeper_deadline(term.valid_until(), margin));
+            }
             received = signals.recv() => {
-                tracing::info!(signal = received.0, pid = child.pid(), "passing the signal on to the command");
-                child.signal_group(received.0);
-                if received.stops() {
-                    watch.stop.get_or_insert(received);
+                if received.suspends() {
+                    watch.suspend(child, term, margin);
+                } else if received.child_changed() {
+                    watch.check_stopped(child);
+                } else {
+                    child.signal_group(received.0);
+                    tracing::info!(signal = received.0, pid = child.pid(), "passed the signal on to the command");
+                    if received.stops() {
+                        watch.stop.get_or_insert(received);
+                    }
                 }
             }
         }
     };
     // Nothing the command started may outlive it (or the term).
     child.signal_group(libc::SIGKILL);
-    Ok(match (watch.lost, watch.stop) {
-        (Some(reason), _) => Ending::Lost { reason, status },
-        (None, Some(signal)) => Ending::Stopped { signal, status },
-        (None, None) => Ending::Exited(status),
+    if child.release_keeper().await && watch.lost.is_none() {
+        watch.lost = Some(
+            "tenure was held up past the lease's local deadline (stopped?); its keeper killed the command"
+                .to_owned(),
+        );
+    }
+    Ok(match (watch.lost, watch.stuck, watch.stop) {
+        (Some(reason), _, _) => Ending::Lost { reason, status },
+        (None, Some(signal), _) => Ending::Stuck { signal, status },
+        (None, None, Some(signal)) => Ending::Stopped { signal, status },
+        (None, None, None) => Ending::Exited(status),
     })
 }
 
@@ -120,25 +164,82 @@ impl Watch {
         self.terminate(child, format!("leadership ended: {reason}"));
     }
 
+    /// Signals first, logs after: a log line never holds up the signal.
     fn terminate(&mut self, child: &Child, why: String) {
         if !self.terminated && !self.killed {
-            tracing::warn!(pid = child.pid(), "{why}; sending SIGTERM to the command");
             child.signal_group(libc::SIGTERM);
             self.terminated = true;
+            tracing::warn!(pid = child.pid(), "{why}; sent SIGTERM to the command");
         }
         self.lost.get_or_insert(why);
     }
 
+    /// Signals first, logs after.
     fn kill(&mut self, child: &Child, margin: Duration) {
-        tracing::warn!(
-            pid = child.pid(),
-            "the lease's local deadline is {} away; sending SIGKILL to the command",
-            humantime::format_duration(margin)
-        );
         child.signal_group(libc::SIGKILL);
         self.killed = true;
         self.lost
             .get_or_insert_with(|| "the lease's local deadline came without a renewal".to_owned());
+        tracing::warn!(
+            pid = child.pid(),
+            "the lease's local deadline is {} away; sent SIGKILL to the command",
+            humantime::format_duration(margin)
+        );
+    }
+
+    /// SIGTSTP (Ctrl-Z): stops the command's group, then tenure itself.
+    /// Once continued: a term that ended, or whose kill deadline passed,
+    /// while stopped gets its still-stopped group SIGKILLed; otherwise the
+    /// group is continued.
+    fn suspend(&mut self, child: &Child, term: &Term, margin: Duration) {
+        child.signal_group(libc::SIGSTOP);
+        tracing::info!(pid = child.pid(), "SIGTSTP: stopped the command; stopping");
+        crate::signals::stop_self();
+        let over = term.ended().is_some() || before(term.valid_until(), margin) <= Instant::now();
+        if over {
+            child.signal_group(libc::SIGKILL);
+            self.killed = true;
+            self.lost.get_or_insert_with(|| {
+                "tenure was suspended (SIGTSTP) until its term was over".to_owned()
+            });
+            tracing::warn!(
+                pid = child.pid(),
+                "continued after the term was over; sent SIGKILL to the stopped command"
+            );
+        } else {
+            child.signal_group(libc::SIGCONT);
+            tracing::info!(
+                pid = child.pid(),
+                "continued within the term; continued the command"
+            );
+        }
+    }
+
+    /// SIGCHLD: a command stopped by SIGTTIN or SIGTTOU (it read from, or
+    /// configured, the terminal, from a background group) can never go on.
+    /// The first time it gets SIGTERM and SIGCONT; the next, SIGKILL.
+    fn check_stopped(&mut self, child: &Child) {
+        let Some(signal) = child.stopped_by() else {
+            return;
+        };
+        if signal != libc::SIGTTIN && signal != libc::SIGTTOU {
+            return;
+        }
+        if self.stuck.is_none() {
+            child.signal_group(libc::SIGTERM);
+            child.signal_group(libc::SIGCONT);
+            self.stuck = Some(signal);
+            tracing::error!(
+                pid = child.pid(),
+                signal,
+                "the command was stopped for using the terminal (it runs in a background \
+                 process group; give it no terminal input, e.g. --no-stdin); sent SIGTERM"
+            );
+        } else if !self.killed {
+            child.signal_group(libc::SIGKILL);
+            self.killed = true;
+            tracing::error!(pid = child.pid(), signal, "stopped again; sent SIGKILL");
+        }
     }
 }
 
@@ -162,7 +263,12 @@ mod tests {
     }
 
     fn sh(script: &str) -> Child {
-        Child::spawn(&["sh".into(), "-c".into(), script.into()], &[]).unwrap()
+        Child::spawn(
+            &["sh".into(), "-c".into(), script.into()],
+            &[],
+            crate::child::Launch::default(),
+        )
+        .unwrap()
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -234,5 +340,63 @@ mod tests {
         assert_eq!(status.signal(), Some(libc::SIGTERM), "{reason}");
         assert!(reason.contains("revoked"), "{reason}");
         assert_eq!(term.ended(), Some(LossReason::Revoked));
+    }
+
+    #[test]
+    fn a_log_writer_that_never_returns_holds_up_no_kill() {
+        // Standard error as a pipe nobody reads: every write blocks forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (subscriber, drain) =
+                crate::logging::subscriber("warn", crate::logging::tests::Stuck);
+            // Its thread never finishes: do not wait for it.
+            std::mem::forget(drain);
+            tracing::subscriber::with_default(subscriber, || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let backend = Arc::new(MemoryBackend::new());
+                    let leadership = lead(&backend, Duration::from_secs(1)).await;
+                    let term = leadership.term();
+                    backend.faults().cut_off();
+                    let mut child = sh("trap '' TERM; sleep 30");
+                    tx.send((child.pid(), term.valid_until().into_std()))
+                        .unwrap();
+                    let mut signals = Signals::listen().unwrap();
+                    let margin = Duration::from_millis(100);
+                    let _ = supervise(&mut child, &term, &mut signals, margin).await;
+                });
+            });
+        });
+        let (pid, deadline) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+                    .is_some_and(|state| state == 'Z' || state == 'X')
+            })
+        };
+        loop {
+            let now = std::time::Instant::now();
+            if gone() {
+                assert!(
+                    now < deadline,
+                    "the command died {:?} after the lease's deadline",
+                    now - deadline
+                );
+                return;
+            }
+            if now > deadline + Duration::from_secs(2) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!(
+                    "the command was still running {:?} after the lease's deadline: a log write that never returned held up its SIGTERM and SIGKILL",
+                    now - deadline
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }

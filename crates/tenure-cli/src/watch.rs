@@ -18,11 +18,12 @@ pub async fn watch(args: WatchArgs) -> Result<u8, Failure> {
     let started = Instant::now();
     let mut signals = Signals::listen()?;
     let key = &args.election.key;
-    let backend = connect::backend(&args.election).await?;
+    let place = &args.election.backend;
+    let (backend, url) = connect::backend(place).await?;
     let elector = connect::observer(backend, key)?;
     // Fail clearly if the backend cannot be reached at all; later outages
     // are retried behind the scenes (with a warning on standard error).
-    connect::first_look(&elector, &args.election, started).await?;
+    connect::first_look(&elector, &url, place.connect_timeout, started).await?;
     let mut events = elector.observe();
     let mut last = None;
     let result = loop {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 use support::{etcd, finish, lines, now_ns, process_gone, scratch, tenure, wait_until};
+use support::{process_state, signal_status};
 use support::{Background, Outcome};
 
 /// The TTL of the etcd cases: etcd's smallest.
@@ -70,6 +71,42 @@ fn main() {
             sigterm_is_passed_on_and_tenure_exits_with_the_commands_status,
         ),
         Trial::test(
+            "sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it",
+            sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it,
+        ),
+        Trial::test(
+            "sigtstp_then_sigcont_within_the_term_continues_the_command",
+            sigtstp_then_sigcont_within_the_term_continues_the_command,
+        ),
+        Trial::test(
+            "a_command_that_changed_credentials_dies_with_a_sigkilled_tenure",
+            a_command_that_changed_credentials_dies_with_a_sigkilled_tenure,
+        ),
+        Trial::test(
+            "an_inherited_ignored_sighup_stays_ignored",
+            an_inherited_ignored_sighup_stays_ignored,
+        ),
+        Trial::test(
+            "a_command_stopped_by_sigttin_ends_the_term",
+            a_command_stopped_by_sigttin_ends_the_term,
+        ),
+        Trial::test(
+            "the_backend_url_comes_from_the_flag_else_the_file_else_the_environment",
+            the_backend_url_comes_from_the_flag_else_the_file_else_the_environment,
+        ),
+        Trial::test(
+            "shell_runs_the_words_with_sh_and_no_stdin_gives_none",
+            shell_runs_the_words_with_sh_and_no_stdin_gives_none,
+        ),
+        Trial::test(
+            "campaign_prints_when_leading_and_holds_until_sigterm",
+            campaign_prints_when_leading_and_holds_until_sigterm,
+        ),
+        Trial::test(
+            "etcd_timeout_gives_up_campaigning_with_status_124",
+            etcd_timeout_gives_up_campaigning_with_status_124,
+        ),
+        Trial::test(
             "etcd_a_ttl_below_the_minimum_is_refused_naming_ttl",
             etcd_a_ttl_below_the_minimum_is_refused_naming_ttl,
         ),
@@ -88,6 +125,10 @@ fn main() {
         Trial::test(
             "etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire",
             etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire,
+        ),
+        Trial::test(
+            "etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts",
+            etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts,
         ),
         Trial::test(
             "etcd_status_and_watch_follow_a_led_key",
@@ -424,6 +465,317 @@ fn sigterm_is_passed_on_and_tenure_exits_with_the_commands_status() -> Outcome {
     Ok(())
 }
 
+/// `tenure run` on the memory backend with a command that prints its pid
+/// and sleeps; returns it and the pid.
+fn pid_printer(
+    name: &str,
+    dir: &Path,
+    extra: &[&str],
+    command: &[&str],
+) -> Result<(Background, libc::pid_t), support::Failed> {
+    let mut args = vec!["run", "-b", "memory://", "-k", "job"];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(command);
+    args.extend_from_slice(&["sh", "-c", "echo $$; exec sleep 600"]);
+    let run = Background::start(name, tenure(&args), dir)?;
+    let pid = wait_until("the command's pid", QUICK, || {
+        run.stdout()
+            .lines()
+            .next()?
+            .trim()
+            .parse::<libc::pid_t>()
+            .ok()
+    })?;
+    Ok((run, pid))
+}
+
+/// Whether the process is stopped (job control or SIGSTOP), or gone.
+fn stopped_or_gone(pid: libc::pid_t) -> bool {
+    process_gone(pid) || matches!(process_state(pid), Some('T' | 't'))
+}
+
+fn sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it() -> Outcome {
+    let dir = scratch("sigtstp");
+    let (mut run, pid) = pid_printer("run", &dir, &["--ttl", "1s"], &[])?;
+    run.signal(libc::SIGTSTP);
+    // Past the term's end (1 s) and the local deadline it is killed at.
+    std::thread::sleep(Duration::from_millis(1500));
+    let state = process_state(pid);
+    ensure!(
+        stopped_or_gone(pid),
+        "1.5 s after SIGTSTP to tenure (--ttl 1s) its command is still running (state {state:?})"
+    );
+    ensure!(
+        matches!(process_state(run.pid), Some('T')),
+        "tenure did not stop on SIGTSTP: state {:?}",
+        process_state(run.pid)
+    );
+    // Continued after its term: the command is dead, tenure says the lease
+    // was lost.
+    run.signal(libc::SIGCONT);
+    let (status, _) = run.wait(QUICK)?;
+    ensure!(
+        status.code() == Some(75),
+        "tenure exited with {status:?}: {}",
+        run.stderr()
+    );
+    ensure!(process_gone(pid), "the command outlived tenure");
+    Ok(())
+}
+
+fn sigtstp_then_sigcont_within_the_term_continues_the_command() -> Outcome {
+    let dir = scratch("sigtstp-cont");
+    let (mut run, pid) = pid_printer("run", &dir, &["--ttl", "10s"], &[])?;
+    run.signal(libc::SIGTSTP);
+    wait_until("the command to stop", QUICK, || {
+        matches!(process_state(pid), Some('T')).then_some(())
+    })?;
+    wait_until("tenure to stop", QUICK, || {
+        matches!(process_state(run.pid), Some('T')).then_some(())
+    })?;
+    run.signal(libc::SIGCONT);
+    wait_until("the command to go on", QUICK, || {
+        matches!(process_state(pid), Some('S' | 'R')).then_some(())
+    })?;
+    run.signal(libc::SIGTERM);
+    let (status, _) = run.wait(QUICK)?;
+    ensure!(
+        status.code() == Some(143),
+        "tenure exited with {status:?}: {}",
+        run.stderr()
+    );
+    Ok(())
+}
+
+fn a_command_that_changed_credentials_dies_with_a_sigkilled_tenure() -> Outcome {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        println!("    skipped: needs root (setpriv --reuid changes the command's user)");
+        return Ok(());
+    }
+    if !Path::new("/usr/bin/setpriv").exists() && !Path::new("/bin/setpriv").exists() {
+        println!("    skipped: setpriv (util-linux) is not installed");
+        return Ok(());
+    }
+    let dir = scratch("setpriv");
+    // A credential change clears the parent-death signal (prctl(2)).
+    let setpriv = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let (mut run, pid) = pid_printer("run", &dir, &[], &setpriv)?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    ensure!(
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.contains("65534")),
+        "the command did not change its user:\n{status}"
+    );
+    run.signal(libc::SIGKILL);
+    run.wait(QUICK)?;
+    let gone = wait_until(
+        "the command to die with tenure",
+        Duration::from_secs(2),
+        || process_gone(pid).then_some(()),
+    );
+    if gone.is_err() {
+        support::signal(pid, libc::SIGKILL);
+    }
+    gone
+}
+
+fn an_inherited_ignored_sighup_stays_ignored() -> Outcome {
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("nohup");
+    let mut command = tenure([
+        "run",
+        "-b",
+        "memory://",
+        "-k",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $$; exec sleep 600",
+    ]);
+    // As `nohup` starts it.
+    // SAFETY: signal(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut run = Background::start("run", command, &dir)?;
+    let pid = wait_until("the command's pid", QUICK, || {
+        run.stdout()
+            .lines()
+            .next()?
+            .trim()
+            .parse::<libc::pid_t>()
+            .ok()
+    })?;
+    ensure!(
+        signal_status(pid, "SigIgn").is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) != 0),
+        "the command of a tenure started with SIGHUP ignored does not ignore it: SigIgn {:x?}",
+        signal_status(pid, "SigIgn")
+    );
+    ensure!(
+        signal_status(run.pid, "SigCgt").is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) == 0),
+        "tenure catches the SIGHUP it inherited ignored"
+    );
+    run.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(200));
+    ensure!(
+        !process_gone(pid) && !process_gone(run.pid),
+        "SIGHUP ended tenure or its command: {}",
+        run.stderr()
+    );
+    run.signal(libc::SIGTERM);
+    let (status, _) = run.wait(QUICK)?;
+    ensure!(
+        status.code() == Some(143),
+        "tenure exited with {status:?}: {}",
+        run.stderr()
+    );
+    Ok(())
+}
+
+fn a_command_stopped_by_sigttin_ends_the_term() -> Outcome {
+    // As a command that reads the terminal from a background group is stopped.
+    let out = finish(
+        tenure([
+            "run",
+            "-b",
+            "memory://",
+            "-k",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "kill -TTIN $$; echo went on",
+        ]),
+        Duration::from_secs(5),
+    )?;
+    ensure!(out.code() == Some(143), "{out:?}");
+    ensure!(
+        out.stderr.contains("stopped for using the terminal"),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
+fn the_backend_url_comes_from_the_flag_else_the_file_else_the_environment() -> Outcome {
+    let dir = scratch("backend-url");
+    let file = dir.join("backend");
+    std::fs::write(&file, "memory://\n")?;
+    let file = file.to_str().ok_or("a UTF-8 path")?.to_owned();
+    let status = |args: &[&str], env: Option<&str>| {
+        let mut all = vec!["status", "-k", "job"];
+        all.extend_from_slice(args);
+        let mut command = tenure(&all);
+        command.env_remove("TENURE_BACKEND");
+        if let Some(url) = env {
+            command.env("TENURE_BACKEND", url);
+        }
+        finish(command, QUICK)
+    };
+    // The flag wins over the file and the variable, the file over the variable.
+    let out = status(
+        &["-b", "memory://", "--backend-file", "/no/such/file"],
+        Some("consul://x"),
+    )?;
+    ensure!(out.code() == Some(1), "flag: {out:?}");
+    let out = status(&["--backend-file", &file], Some("consul://x"))?;
+    ensure!(out.code() == Some(1), "file: {out:?}");
+    let out = status(&[], Some("memory://"))?;
+    ensure!(out.code() == Some(1), "environment: {out:?}");
+    // Each source's errors name it.
+    let out = status(&[], Some("consul://x"))?;
+    ensure!(
+        out.code() == Some(2) && out.stderr.contains("unknown scheme \"consul\""),
+        "{out:?}"
+    );
+    let out = status(&["--backend-file", "/no/such/file"], None)?;
+    ensure!(
+        out.code() == Some(2)
+            && out.stderr.contains("invalid backend-file")
+            && out.stderr.contains("/no/such/file"),
+        "{out:?}"
+    );
+    let out = status(&[], None)?;
+    ensure!(
+        out.code() == Some(2)
+            && out.stderr.contains("missing backend")
+            && out.stderr.contains("--backend")
+            && out.stderr.contains("TENURE_BACKEND"),
+        "{out:?}"
+    );
+    Ok(())
+}
+
+fn shell_runs_the_words_with_sh_and_no_stdin_gives_none() -> Outcome {
+    let dir = scratch("shell");
+    let out = finish(
+        tenure([
+            "run",
+            "-b",
+            "memory://",
+            "-k",
+            "job",
+            "--shell",
+            "--",
+            "exit",
+            "$((3",
+            "+",
+            "4))",
+        ]),
+        QUICK,
+    )?;
+    ensure!(out.code() == Some(7), "--shell: {out:?}");
+    let input = dir.join("input");
+    std::fs::write(&input, "from tenure's stdin\n")?;
+    for (flag, expected) in [(None, "from tenure's stdin\n"), (Some("--no-stdin"), "")] {
+        let mut args = vec!["run", "-b", "memory://", "-k", "job"];
+        args.extend(flag);
+        args.extend(["--", "cat"]);
+        let mut command = tenure(&args);
+        command.stdin(std::fs::File::open(&input)?);
+        let out = finish(command, QUICK)?;
+        ensure!(
+            out.code() == Some(0) && out.stdout == expected,
+            "{flag:?}: {out:?}"
+        );
+    }
+    Ok(())
+}
+
+fn campaign_prints_when_leading_and_holds_until_sigterm() -> Outcome {
+    let dir = scratch("campaign");
+    let mut campaign = Background::start(
+        "campaign",
+        tenure(["campaign", "-b", "memory://", "-i", "me", "billing"]),
+        &dir,
+    )?;
+    let line = wait_until("the leading line", QUICK, || {
+        campaign.stdout().lines().next().map(str::to_owned)
+    })?;
+    ensure!(line.starts_with("leading billing as me token="), "{line}");
+    ensure!(!process_gone(campaign.pid), "campaign did not hold");
+    campaign.signal(libc::SIGTERM);
+    let (status, _) = campaign.wait(QUICK)?;
+    ensure!(
+        status.code() == Some(0),
+        "{status:?}: {}",
+        campaign.stderr()
+    );
+    Ok(())
+}
+
 // ---- a real etcd ----
 
 fn etcd_a_ttl_below_the_minimum_is_refused_naming_ttl() -> Outcome {
@@ -728,5 +1080,120 @@ fn etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire
     );
     ensure!(a.stderr().contains("SIGKILL"), "{}", a.stderr());
     drop(paused);
+    Ok(())
+}
+
+fn etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("sigstop");
+    let out = dir.join("started");
+    let key = "stopped";
+    let mut a = sleeper(&etcd, key, "a", &dir)?;
+    let first = started_by(&out, "a", QUICK)?;
+    let mut b = sleeper(&etcd, key, "b", &dir)?;
+    wait_until("b to queue up", QUICK, || {
+        (etcd.candidates(key) == 2).then_some(())
+    })?;
+    // When a's command is gone (dead, even if unreaped), to the millisecond.
+    let pid = first.pid;
+    let (tx, gone) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if process_gone(pid) {
+                let _ = tx.send(now_ns());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let stopped_at = now_ns();
+    a.signal(libc::SIGSTOP);
+    let second = started_by(&out, "b", Duration::from_secs(5))?;
+    let after_ms = |ns: i128| (ns - stopped_at) as f64 / 1e6;
+    let Ok(gone_at) = gone.try_recv() else {
+        support::signal(pid, libc::SIGKILL);
+        a.signal(libc::SIGKILL);
+        return Err(format!(
+            "b's command started {:.0} ms after a's tenure was stopped, while a's command was still running",
+            after_ms(second.at_ns)
+        )
+        .into());
+    };
+    println!(
+        "    SIGSTOP of the leader's tenure: its command dead after {:.0} ms, the standby's started after {:.0} ms (TTL {TTL})",
+        after_ms(gone_at),
+        after_ms(second.at_ns)
+    );
+    ensure!(
+        gone_at < second.at_ns,
+        "b's command started before a's was dead"
+    );
+    ensure!(
+        after_ms(gone_at) < 1000.0,
+        "a's command outlived the TTL: {:.0} ms",
+        after_ms(gone_at)
+    );
+    a.signal(libc::SIGCONT);
+    let (status, _) = a.wait(QUICK)?;
+    ensure!(
+        status.code() == Some(75),
+        "a exited with {status:?}: {}",
+        a.stderr()
+    );
+    b.signal(libc::SIGTERM);
+    b.wait(QUICK)?;
+    Ok(())
+}
+
+fn etcd_timeout_gives_up_campaigning_with_status_124() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("timeout");
+    let out = dir.join("started");
+    let key = "busy";
+    let mut a = sleeper(&etcd, key, "a", &dir)?;
+    started_by(&out, "a", QUICK)?;
+    let url = etcd.url();
+    let run = finish(
+        tenure([
+            "run",
+            "-b",
+            &url,
+            "-k",
+            key,
+            "--ttl",
+            TTL,
+            "--timeout",
+            "500ms",
+            "--",
+            "true",
+        ]),
+        QUICK,
+    )?;
+    ensure!(run.code() == Some(124), "run: {run:?}");
+    ensure!(run.stderr.contains("--timeout"), "{}", run.stderr);
+    ensure!(run.took < Duration::from_secs(3), "run took {:?}", run.took);
+    let campaign = finish(
+        tenure([
+            "campaign",
+            "-b",
+            &url,
+            "-k",
+            key,
+            "--ttl",
+            TTL,
+            "--timeout",
+            "500ms",
+        ]),
+        QUICK,
+    )?;
+    ensure!(campaign.code() == Some(124), "campaign: {campaign:?}");
+    ensure!(campaign.stdout.is_empty(), "{campaign:?}");
+    ensure!(
+        etcd.candidates(key) == 1,
+        "a timed-out candidate stayed queued"
+    );
+    a.signal(libc::SIGTERM);
+    a.wait(QUICK)?;
     Ok(())
 }

@@ -103,6 +103,24 @@ pub fn process_gone(pid: libc::pid_t) -> bool {
     }
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T`, `Z`...), if it exists.
+pub fn process_state(pid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+}
+
+/// A signal mask of process `pid` from /proc/<pid>/status (`SigIgn`, `SigCgt`...).
+pub fn signal_status(pid: libc::pid_t, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field)
+            .then(|| u64::from_str_radix(value.trim(), 16).ok())
+            .flatten()
+    })
+}
+
 /// Nanoseconds since the epoch, as `date +%s%N` prints them.
 pub fn now_ns() -> i128 {
     SystemTime::now()
