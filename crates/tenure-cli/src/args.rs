@@ -211,7 +211,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub timeout: Option<Duration>,
 
-    /// Run the command with `sh -c`, its words joined by spaces (as
+    /// Run the command with `/bin/sh -c`, its words joined by spaces (as
     /// `consul lock` does by default): pipes, redirections, $VARIABLES.
     #[arg(long)]
     pub shell: bool,

@@ -83,7 +83,7 @@ pub async fn campaign(
     }
 }
 
-/// The program and arguments to start: with `--shell`, `sh -c` and the
+/// The program and arguments to start: with `--shell`, `/bin/sh -c` and the
 /// words joined by spaces.
 fn command_line(args: &RunArgs) -> Vec<std::ffi::OsString> {
     if !args.shell {
@@ -96,7 +96,7 @@ fn command_line(args: &RunArgs) -> Vec<std::ffi::OsString> {
         }
         script.push(word);
     }
-    vec!["sh".into(), "-c".into(), script]
+    vec!["/bin/sh".into(), "-c".into(), script]
 }
 
 async fn campaign_and_run(
