@@ -131,6 +131,10 @@ fn main() {
             etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts,
         ),
         Trial::test(
+            "etcd_a_standard_error_nobody_reads_holds_up_no_kill",
+            etcd_a_standard_error_nobody_reads_holds_up_no_kill,
+        ),
+        Trial::test(
             "etcd_status_and_watch_follow_a_led_key",
             etcd_status_and_watch_follow_a_led_key,
         ),
@@ -1195,5 +1199,91 @@ fn etcd_timeout_gives_up_campaigning_with_status_124() -> Outcome {
     );
     a.signal(libc::SIGTERM);
     a.wait(QUICK)?;
+    Ok(())
+}
+
+/// A pipe of one page for tenure's standard error, and a second, non-blocking
+/// way in (its own open file description: tenure's end stays blocking) for
+/// the test to fill it with.
+struct FullPipe {
+    read: std::os::fd::OwnedFd,
+    filler: std::fs::File,
+}
+
+impl FullPipe {
+    fn new() -> Result<(FullPipe, std::os::fd::OwnedFd), support::Failed> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error().to_string().into());
+        }
+        // SAFETY: both descriptors are fresh and ours.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: fcntl on our own descriptor.
+        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+        let filler = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(format!("/proc/self/fd/{}", write.as_raw_fd()))?;
+        Ok((FullPipe { read, filler }, write))
+    }
+
+    /// Writes until the pipe takes no more.
+    fn fill(&mut self) {
+        use std::io::Write;
+        while self.filler.write(&[b'x'; 512]).is_ok() {}
+    }
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+fn etcd_a_standard_error_nobody_reads_holds_up_no_kill() -> Outcome {
+    let etcd = etcd::shared();
+    let dir = scratch("stderr-full");
+    let out = dir.join("started");
+    let script = format!("trap '' TERM; {SLEEPER}");
+    let mut command = tenure([
+        "run",
+        "--backend",
+        &etcd.url(),
+        "--key",
+        "stderr-full",
+        "--identity",
+        "a",
+        "--ttl",
+        TTL,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let (mut pipe, write) = FullPipe::new()?;
+    command
+        .env("OUT", &out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(write));
+    let mut a = command.spawn()?;
+    let term = started_by(&out, "a", QUICK)?;
+    // A log shipper that stalled: every line tenure writes now blocks.
+    pipe.fill();
+    let paused = etcd.pause();
+    let frozen = Instant::now();
+    let dead = wait_until("the command to be killed", Duration::from_secs(3), || {
+        process_gone(term.pid).then(Instant::now)
+    });
+    drop(paused);
+    let _ = a.kill();
+    drop(pipe.read);
+    let _ = a.wait();
+    let after = dead? - frozen;
+    println!(
+        "    with standard error full: command SIGKILLed {} ms after etcd froze (TTL {TTL})",
+        after.as_millis()
+    );
+    ensure!(
+        after < Duration::from_secs(1),
+        "the command outlived the TTL: {after:?}"
+    );
     Ok(())
 }
