@@ -187,6 +187,22 @@ pub trait ServerFaults: Send + Sync + 'static {
     async fn leader(&self) -> Result<Option<usize>> {
         Err(unsupported("naming the servers' leader"))
     }
+    /// From now on node `node` gives every session (every client's hold on
+    /// its leases) that connects or reconnects to it at most `max`, instead
+    /// of the timeout it asks for (`None`: the node's defaults again), as a
+    /// ZooKeeper server whose `maxSessionTimeout` is below it does (servers
+    /// that disagree, a rolling configuration change); the servers then
+    /// expire such a session `max` after they last heard of it. Returns once
+    /// the node serves so. Clients connected to it may reconnect (the
+    /// harness restarts a ZooKeeper node). For the case whose holder's
+    /// session shrinks on a reconnect; [`Error::Unsupported`] where the
+    /// servers cannot be made to (etcd, Redis, the Lease API: a lease's TTL
+    /// is the client's to choose), and the case is skipped.
+    async fn limit_sessions(&self, _node: usize, _max: Option<Duration>) -> Result<()> {
+        Err(unsupported(
+            "giving the sessions on one server node a shorter timeout than they ask for",
+        ))
+    }
     /// Returns once the deployment is whole and steady: every node serves
     /// and, where the servers elect a leader, the same one has led for a
     /// while. The suite calls it after every case that may fault the

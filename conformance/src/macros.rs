@@ -43,6 +43,7 @@ macro_rules! __cases {
             servers_leader_paused_longer_than_ttl,
             standby_sees_failover_when_its_node_is_cut_off,
             observer_sees_failover_when_its_node_is_cut_off,
+            session_shrunk_on_reconnect_holder_stops_first,
             cluster_restart_tokens_keep_increasing,
             paused_candidate_loses_and_its_write_is_refused,
             killed_candidate_taken_over_within_ttl_plus_1s,

@@ -30,6 +30,9 @@ pub type Recovery = Arc<dyn Fn(&MemoryBackend) + Send + Sync>;
 /// - while the servers have no leader (theirs was killed, or is paused),
 ///   every client is cut off; a killed leader is replaced after the
 ///   re-election time (150 ms) if a majority of nodes is up;
+/// - a node [given a session limit](ServerFaults::limit_sessions) keeps the
+///   sessions of the clients attached to it, then or later (a reconnect),
+///   that long at most ([`MemoryBackend::limit_session`]);
 /// - on every election and after [`restart_all`](ServerFaults::restart_all)
 ///   (100 ms down) the servers recover their state as etcd and ZooKeeper do
 ///   from disk: holders, queues and tokens are kept, and every holder's TTL
@@ -390,6 +393,21 @@ impl ServerFaults for MemoryFactory {
     async fn leader(&self) -> Result<Option<usize>> {
         Ok(self.cluster.state().leader)
     }
+
+    /// The node's clients, and every client attached to it later (a
+    /// reconnect), have their sessions kept at most `max`
+    /// ([`MemoryBackend::limit_session`]); `None` lifts it for those the
+    /// node has then.
+    async fn limit_sessions(&self, node: usize, max: Option<Duration>) -> Result<()> {
+        if node >= self.cluster.nodes {
+            return Err(tenure_core::Error::invalid(
+                "node",
+                format!("the simulated cluster has {} nodes", self.cluster.nodes),
+            ));
+        }
+        self.cluster.update(|st| st.session_limits[node] = max);
+        Ok(())
+    }
 }
 
 /// How long the simulated servers take to elect a new leader.
@@ -415,6 +433,9 @@ struct ClusterState {
     /// Cut off from their peers, not from clients: their clients' watches
     /// go silent, their requests move to nodes that can serve.
     isolated: Vec<bool>,
+    /// What each node gives the sessions on it at most
+    /// ([`ServerFaults::limit_sessions`]).
+    session_limits: Vec<Option<Duration>>,
     leader: Option<usize>,
     electing: bool,
 }
@@ -444,9 +465,11 @@ impl ClusterState {
         !self.down[node] && through_node && self.leader.is_some_and(|l| !self.paused[l])
     }
 
-    /// Cuts off, or lets through, every client as its node stands.
+    /// Cuts off, or lets through, every client as its node stands, and
+    /// keeps its session as its node gives it.
     fn apply(&self) {
         for (client, node) in &self.clients {
+            client.limit_session(self.session_limits[*node]);
             client.faults().node_down(!self.reaches(*node));
             client
                 .faults()
@@ -467,6 +490,7 @@ impl Cluster {
                 down: vec![false; nodes],
                 paused: vec![false; nodes],
                 isolated: vec![false; nodes],
+                session_limits: vec![None; nodes],
                 leader: Some(0),
                 electing: false,
             }),

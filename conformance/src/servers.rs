@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tenure_core::{Error, Result};
 
 use crate::factory::ServerFaults;
-use crate::harness::{Cluster, HarnessError, Topology};
+use crate::harness::{Cluster, HarnessError, Topology, ZooKeeperNodeSettings};
 
 /// Every server fault of the suite, done to the containers of one harness
 /// [`Cluster`]. Node `i` is `cluster.nodes()[i]`.
@@ -20,6 +20,10 @@ pub struct ClusterServers {
 /// [`ServerFaults::settle`]: two of the harness etcd's election timeouts
 /// (500 ms), and several of ZooKeeper's ticks (200 ms).
 const SETTLED_FOR: Duration = Duration::from_secs(1);
+
+/// The harness ZooKeeper's `minSessionTimeout` (`harness::servers`): a
+/// node given a lower `maxSessionTimeout` gets that as its minimum too.
+const ZK_MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(400);
 
 impl ClusterServers {
     /// Faults `cluster`'s nodes.
@@ -89,6 +93,32 @@ impl ServerFaults for ClusterServers {
 
     async fn rejoin(&self, node: usize) -> Result<()> {
         self.cluster.heal(node).await.map_err(harness_error)
+    }
+
+    /// A ZooKeeper node restarted with `maxSessionTimeout` = `max` (and a
+    /// `minSessionTimeout` no higher), or with the harness's defaults again
+    /// (`Cluster::restart_zookeeper_node_with`); other servers have no such
+    /// setting.
+    async fn limit_sessions(&self, node: usize, max: Option<Duration>) -> Result<()> {
+        if !matches!(self.cluster.topology(), Topology::ZooKeeper { .. }) {
+            return Err(Error::Unsupported {
+                backend: "harness",
+                operation: "giving the sessions on one server node a shorter timeout than \
+                            they ask for (a ZooKeeper server's maxSessionTimeout; a lease's \
+                            TTL is the client's own here)",
+            });
+        }
+        let settings = match max {
+            None => ZooKeeperNodeSettings::default(),
+            Some(max) => ZooKeeperNodeSettings {
+                min_session_timeout: (max < ZK_MIN_SESSION_TIMEOUT).then_some(max),
+                ..ZooKeeperNodeSettings::max_session_timeout(max)
+            },
+        };
+        self.cluster
+            .restart_zookeeper_node_with(node, settings)
+            .await
+            .map_err(harness_error)
     }
 
     async fn settle(&self) -> Result<()> {

@@ -55,6 +55,7 @@ fn tests() -> Vec<Trial> {
         a_holder_deaf_to_deletion_fails_token_increases_after_state_wiped,
         a_waiter_that_trusts_its_watch_fails_standby_sees_failover_when_its_node_is_cut_off,
         an_observer_that_trusts_its_watch_fails_observer_sees_failover_when_its_node_is_cut_off,
+        a_session_shrink_left_unheeded_fails_session_shrunk_on_reconnect_holder_stops_first,
         prefix_elections_fail_nested_keys_are_independent,
         a_grant_lost_in_flight_fails_dropped_acquire_leaves_nothing,
         a_release_that_returns_early_fails_shutdown_releases_before_returning,

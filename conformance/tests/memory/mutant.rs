@@ -112,6 +112,12 @@ pub enum Bug {
     /// its peers (its watches silent), it never looks for itself, and hears
     /// of its grant only once the node is back.
     TrustsItsWatch,
+    /// The client does not learn what its session is given when it
+    /// reconnects: on a server node that keeps sessions for less than its
+    /// leases' TTLs, its leases keep their old deadlines (no loss
+    /// signalled) while the servers let them go sooner, as tenure-zookeeper
+    /// did before it read the timeout of every reconnect.
+    ShrunkSessionUnheeded,
     /// A watch trusts its stream: while its client's server node is cut
     /// off from its peers or frozen (its watches silent), it reports
     /// nothing, and only once the node is back the latest state.
@@ -709,6 +715,9 @@ impl BackendFactory for MutantFactory {
         let inner = self.parts.memory.memory_client();
         if self.parts.bug == Bug::TrustsItsWatch {
             inner.faults().trust_watches(true);
+        }
+        if self.parts.bug == Bug::ShrunkSessionUnheeded {
+            inner.faults().ignore_session_limits(true);
         }
         if self.parts.bug == Bug::WritesOnConnect {
             if let Acquisition::Granted(lease) =

@@ -418,3 +418,13 @@ pub async fn a_declared_exclusive_gap_does_not_excuse_a_split_brain() {
         "{report:#?}"
     );
 }
+
+pub async fn a_session_shrink_left_unheeded_fails_session_shrunk_on_reconnect_holder_stops_first() {
+    let f = MutantFactory::planted(Bug::ShrunkSessionUnheeded);
+    let report = suite::session_shrunk_on_reconnect_holder_stops_first(f).await;
+    failed_on(&report, Property::Exclusive);
+    // Every other way the holder's session ends is heard as before.
+    let f = MutantFactory::planted(Bug::ShrunkSessionUnheeded);
+    let partition = suite::partitioned_leader_steps_down_before_anyone_else_leads(f).await;
+    assert_eq!(partition.outcome, Outcome::Pass, "{partition:#?}");
+}

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
@@ -87,6 +88,9 @@ impl ServerFaults for Servers {
     }
     async fn settle(&self) -> Result<()> {
         self.memory.settle().await
+    }
+    async fn limit_sessions(&self, node: usize, max: Option<Duration>) -> Result<()> {
+        self.memory.limit_sessions(node, max).await
     }
 }
 

@@ -16,6 +16,7 @@ struct FaultState {
     node_down: bool,
     watches_silent: bool,
     trusts_watches: bool,
+    ignores_session_limits: bool,
     request_delay: Duration,
     response_delay: Duration,
 }
@@ -85,6 +86,21 @@ impl Faults {
         self.state.send_modify(|s| s.trusts_watches = trust);
     }
 
+    /// A bug, for the conformance suite's mutants: the client does not
+    /// learn what its session is given at a reconnect, so a
+    /// [session limit](super::MemoryBackend::limit_session) below its
+    /// leases' TTLs ends none of them: they keep their old deadlines while
+    /// the server keeps them for less.
+    #[doc(hidden)]
+    pub fn ignore_session_limits(&self, ignore: bool) {
+        self.state
+            .send_modify(|s| s.ignores_session_limits = ignore);
+    }
+
+    pub(crate) fn ignores_session_limits(&self) -> bool {
+        self.state.borrow().ignores_session_limits
+    }
+
     /// Delays each request by `delay` before it reaches the server.
     pub fn delay_requests(&self, delay: Duration) {
         self.state.send_modify(|s| s.request_delay = delay);
@@ -107,6 +123,7 @@ impl Faults {
                 node_down: s.node_down,
                 watches_silent: s.watches_silent,
                 trusts_watches: s.trusts_watches,
+                ignores_session_limits: s.ignores_session_limits,
                 ..FaultState::default()
             }
         });

@@ -4,6 +4,7 @@ mod faults;
 mod server;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -50,6 +51,8 @@ use crate::{
 pub struct MemoryBackend {
     server: Arc<Server>,
     faults: Arc<Faults>,
+    /// This client's session on the server (see [`limit_session`](Self::limit_session)).
+    session: u64,
 }
 
 impl Default for MemoryBackend {
@@ -67,8 +70,10 @@ impl MemoryBackend {
     /// A new server that declares (and enforces) these capabilities, e.g. a
     /// TTL minimum, to test how code copes with a stricter backend.
     pub fn with_capabilities(capabilities: Capabilities) -> Self {
+        let server = Arc::new(Server::new(capabilities));
         MemoryBackend {
-            server: Arc::new(Server::new(capabilities)),
+            session: server.new_session(),
+            server,
             faults: Arc::default(),
         }
     }
@@ -86,6 +91,7 @@ impl MemoryBackend {
         MemoryBackend {
             server: self.server.clone(),
             faults: Arc::default(),
+            session: self.server.new_session(),
         }
     }
 
@@ -97,6 +103,24 @@ impl MemoryBackend {
     /// Ends the current grant of `key` now, as if its TTL had run out.
     pub fn expire_now(&self, key: &ElectionKey) {
         self.server.expire_now(key);
+    }
+
+    /// The server node this client's session is on now keeps its leases at
+    /// most `max` after it last heard of them, whatever their TTLs (`None`:
+    /// their TTLs again), as a ZooKeeper server whose `maxSessionTimeout` is
+    /// below the timeout a session asks for does to one that reconnects to
+    /// it (servers that disagree, a rolling configuration change). The
+    /// client learns of it as tenure-zookeeper learns the timeout its
+    /// session is given at every reconnect: each lease it holds with a
+    /// longer TTL ends at once ([`LossReason::Revoked`](crate::LossReason::Revoked)
+    /// through its [`LossSignal`](crate::LossSignal); renewing it is
+    /// `LeaseLost`), and so does one granted while the limit holds. The
+    /// reconnect counts as activity: a lease the client goes on renewing
+    /// regardless is kept `max` from each renewal. Asking again for the
+    /// limit in force changes nothing.
+    pub fn limit_session(&self, max: Option<Duration>) {
+        self.server
+            .limit_session(self.session, max, !self.faults.ignores_session_limits());
     }
 
     /// Deletes the election's state on the server out of band, as an
@@ -186,14 +210,14 @@ impl LeaseBackend for MemoryBackend {
             let sent_at = Instant::now();
             self.faults.request().await?;
             let outcome = match mode {
-                AcquireMode::Once => match self.server.try_acquire(candidacy) {
+                AcquireMode::Once => match self.server.try_acquire(candidacy, self.session) {
                     Ok(grant) => Ok(lease_from(candidacy, grant, sent_at)),
                     Err(holder) => Err(holder),
                 },
                 AcquireMode::Wait => {
                     // Granted on the server at `granted_at`; the waiter's lease
                     // counts from then (one process, one clock).
-                    let grant = self.server.acquire_waiting(candidacy).await;
+                    let grant = self.server.acquire_waiting(candidacy, self.session).await;
                     let at = grant.granted_at;
                     Ok(lease_from(candidacy, grant, at))
                 }

@@ -65,8 +65,12 @@ pub(super) struct Grant {
 
 struct Holder {
     grant: u64,
+    /// The client (its session) that holds it.
+    session: u64,
     identity: CandidateId,
     token: FencingToken,
+    /// How long the server keeps it after each renewal: the candidacy's
+    /// TTL, or less where its session's node gives less (`limit_session`).
     ttl: Duration,
     expires_at: Instant,
     loss: LossSignal,
@@ -74,6 +78,7 @@ struct Holder {
 
 struct Waiter {
     id: u64,
+    session: u64,
     candidacy: Candidacy,
     grant_tx: Option<oneshot::Sender<Grant>>,
     wake: Arc<Notify>,
@@ -108,9 +113,22 @@ impl KeyState {
 #[derive(Default)]
 struct State {
     keys: HashMap<ElectionKey, KeyState>,
+    /// Sessions whose server node gives them less than their TTLs.
+    limits: HashMap<u64, Limit>,
     next_id: u64,
     next_token: u64,
+    next_session: u64,
     stats: MemoryStats,
+}
+
+/// What a session's server node gives it (see `Server::limit_session`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Limit {
+    /// The longest the server keeps the session's leases after it last
+    /// heard of them.
+    max: Duration,
+    /// The client learns of it (its leases counting on more end).
+    heeded: bool,
 }
 
 impl State {
@@ -119,21 +137,44 @@ impl State {
         self.next_id
     }
 
+    /// How long the server keeps a lease of `session` whose TTL is `ttl`
+    /// after it last heard of it; whether the client heeds a shortfall.
+    fn kept(&self, session: u64, ttl: Duration) -> (Duration, bool) {
+        match self.limits.get(&session) {
+            Some(limit) if limit.max < ttl => (limit.max, limit.heeded),
+            _ => (ttl, false),
+        }
+    }
+
     /// Makes `candidacy` the holder of `key` under grant `id` (a waiter's own id,
-    /// so its drop guard can recognise a grant it never saw). The caller checked
-    /// the key is vacant.
-    fn grant(&mut self, key: &ElectionKey, candidacy: &Candidacy, id: u64, now: Instant) -> Grant {
+    /// so its drop guard can recognise a grant it never saw) for `session`.
+    /// The caller checked the key is vacant.
+    fn grant(
+        &mut self,
+        key: &ElectionKey,
+        candidacy: &Candidacy,
+        id: u64,
+        session: u64,
+        now: Instant,
+    ) -> Grant {
         self.next_token += 1;
         let token = FencingToken::new(self.next_token);
         self.stats.grants += 1;
+        let (ttl, short) = self.kept(session, candidacy.ttl());
         let ks = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         let loss = LossSignal::new();
+        if short {
+            // Its session is already kept for less than the TTL: the
+            // client ends it at once (see `Server::limit_session`).
+            loss.fire(LossReason::Revoked);
+        }
         ks.holder = Some(Holder {
             grant: id,
+            session,
             identity: candidacy.identity().clone(),
             token,
-            ttl: candidacy.ttl(),
-            expires_at: now + candidacy.ttl(),
+            ttl,
+            expires_at: now + ttl,
             loss: loss.clone(),
         });
         Grant {
@@ -157,7 +198,7 @@ impl State {
             let Some(mut head) = self.keys.get_mut(key).and_then(|ks| ks.queue.pop_front()) else {
                 break;
             };
-            let grant = self.grant(key, &head.candidacy, head.id, now);
+            let grant = self.grant(key, &head.candidacy, head.id, head.session, now);
             let tx = head
                 .grant_tx
                 .take()
@@ -222,7 +263,18 @@ impl Server {
         st
     }
 
-    pub fn try_acquire(&self, candidacy: &Candidacy) -> std::result::Result<Grant, LeaderInfo> {
+    /// A new client's session number.
+    pub fn new_session(&self) -> u64 {
+        let mut st = self.lock();
+        st.next_session += 1;
+        st.next_session
+    }
+
+    pub fn try_acquire(
+        &self,
+        candidacy: &Candidacy,
+        session: u64,
+    ) -> std::result::Result<Grant, LeaderInfo> {
         let key = candidacy.key();
         let mut st = self.lock_settled(key);
         st.stats.requests += 1;
@@ -230,7 +282,7 @@ impl Server {
             return Err(info);
         }
         let id = st.id();
-        let grant = st.grant(key, candidacy, id, Instant::now());
+        let grant = st.grant(key, candidacy, id, session, Instant::now());
         st.settle(key, Instant::now());
         Ok(grant)
     }
@@ -238,7 +290,7 @@ impl Server {
     /// Queues `candidacy` and resolves when it is granted. Only the head of the
     /// queue ever wakes (to time the holder's expiry); dropping the future
     /// withdraws the candidacy and releases a grant it did not get to see.
-    pub async fn acquire_waiting(&self, candidacy: &Candidacy) -> Grant {
+    pub async fn acquire_waiting(&self, candidacy: &Candidacy, session: u64) -> Grant {
         let key = candidacy.key().clone();
         let (tx, mut rx) = oneshot::channel();
         let wake = Arc::new(Notify::new());
@@ -253,6 +305,7 @@ impl Server {
                 .queue
                 .push_back(Waiter {
                     id,
+                    session,
                     candidacy: candidacy.clone(),
                     grant_tx: Some(tx),
                     wake: wake.clone(),
@@ -290,10 +343,22 @@ impl Server {
 
     pub fn renew(&self, key: &ElectionKey, grant: u64, ttl: Duration) -> Result<()> {
         let mut st = self.lock_settled(key);
+        let session = st
+            .keys
+            .get(key)
+            .and_then(|ks| ks.holder.as_ref())
+            .map(|h| h.session);
+        let (kept, short) = session.map_or((ttl, false), |s| st.kept(s, ttl));
         let holder = st.keys.get_mut(key).and_then(|ks| ks.holder.as_mut());
         match holder {
+            // The client knows its session is kept for less than the
+            // lease counts on: the lease ended there.
+            Some(h) if h.grant == grant && short => {
+                Err(Error::lease_lost(key.as_str(), LossReason::Revoked))
+            }
             Some(h) if h.grant == grant => {
-                h.expires_at = Instant::now() + ttl;
+                h.ttl = kept;
+                h.expires_at = Instant::now() + kept;
                 st.stats.renewals += 1;
                 Ok(())
             }
@@ -335,6 +400,47 @@ impl Server {
             }
         }
         st.settle(key, Instant::now());
+    }
+
+    /// From now on the server keeps the leases of client `session` at most
+    /// `max` after it last heard of them (`None`: their whole TTLs), as a
+    /// ZooKeeper server whose `maxSessionTimeout` is below the timeout a
+    /// session asks for does to one that reconnects to it. The reconnect
+    /// counts as hearing of them: each lease held with a longer TTL is kept
+    /// `max` from now. Where the client `heeded` it (it learns the timeout
+    /// its session is given at each reconnect), each such lease ends here,
+    /// its loss signal fired ([`LossReason::Revoked`]), and renewing it is
+    /// `LeaseLost`; otherwise the lease goes on, renewed for `max` at a time.
+    /// Asking again for the limit in force changes nothing.
+    pub fn limit_session(&self, session: u64, max: Option<Duration>, heeded: bool) {
+        let mut st = self.lock();
+        let limit = max.map(|max| Limit { max, heeded });
+        if st.limits.get(&session).copied() == limit {
+            return;
+        }
+        let Some(limit) = limit else {
+            st.limits.remove(&session);
+            return;
+        };
+        st.limits.insert(session, limit);
+        let now = Instant::now();
+        let mut touched = Vec::new();
+        for (key, ks) in st.keys.iter_mut() {
+            if let Some(h) = ks.holder.as_mut() {
+                if h.session == session && h.ttl > limit.max {
+                    h.ttl = limit.max;
+                    h.expires_at = now + limit.max;
+                    if heeded {
+                        h.loss.fire(LossReason::Revoked);
+                    }
+                    touched.push(key.clone());
+                }
+            }
+        }
+        for key in touched {
+            // Wakes the head waiter, whose timer changed.
+            st.settle(&key, now);
+        }
     }
 
     /// Every holder's TTL starts over from now (a deadline never moves back).

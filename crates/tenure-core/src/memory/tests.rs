@@ -108,3 +108,50 @@ async fn a_node_down_holds_calls_until_it_is_back_whatever_the_link_does() {
         .unwrap();
     assert_eq!(lease.holder().as_str(), "a");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_session_limit_ends_the_leases_that_count_on_more_and_keeps_the_others() {
+    let server = MemoryBackend::new();
+    let (a, other) = (server.client(), server.client());
+    let held = grant(&a, "k", "a").await;
+    let untouched = grant(&other, "k2", "o").await;
+    let limit = Duration::from_millis(500);
+    a.limit_session(Some(limit));
+    assert_eq!(held.signalled_loss(), Some(crate::LossReason::Revoked));
+    assert!(a.renew(&held).await.unwrap_err().is_lease_lost());
+    assert_eq!(untouched.signalled_loss(), None);
+    // The server keeps a's lease for the limit from the reconnect, not its TTL.
+    advance(limit + Duration::from_millis(1)).await;
+    assert_eq!(holder(&server, "k"), None);
+    assert_eq!(holder(&server, "k2").as_deref(), Some("o"));
+    // A lease granted while the limit holds ends at once; lifted, one lasts.
+    let late = grant(&a, "k", "a").await;
+    assert_eq!(late.signalled_loss(), Some(crate::LossReason::Revoked));
+    a.release(&late).await.unwrap();
+    a.limit_session(None);
+    let whole = grant(&a, "k", "a").await;
+    assert_eq!(whole.signalled_loss(), None);
+    advance(TTL - Duration::from_millis(1)).await;
+    assert_eq!(holder(&server, "k").as_deref(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_deaf_to_its_session_limit_keeps_its_deadline_while_the_server_keeps_less() {
+    let server = MemoryBackend::new();
+    let a = server.client();
+    a.faults().ignore_session_limits(true);
+    let held = grant(&a, "k", "a").await;
+    let limit = Duration::from_millis(500);
+    a.limit_session(Some(limit));
+    a.limit_session(Some(limit)); // the limit in force: nothing changes
+    assert_eq!(held.signalled_loss(), None);
+    advance(Duration::from_millis(300)).await;
+    let renewed = a.renew(&held).await.expect("the deaf client renews");
+    advance(limit + Duration::from_millis(1)).await;
+    assert!(renewed.is_valid(), "its deadline counts from its TTL");
+    assert_eq!(
+        holder(&server, "k"),
+        None,
+        "the server kept it for the limit"
+    );
+}
