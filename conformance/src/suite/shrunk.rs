@@ -14,7 +14,7 @@ use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
 use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
-use crate::factory::{BackendFactory, Client, Link, LinkFault};
+use crate::factory::{BackendFactory, Client, Link, LinkFault, ServerFaults};
 use crate::report::{CaseReport, Property};
 
 /// In a deployment of three or more nodes: a leads and b waits, each
@@ -24,10 +24,15 @@ use crate::report::{CaseReport, Property};
 /// that node ([`Link::confine_to`](crate::Link::confine_to)), so its session reconnects there. Once a
 /// stopped believing it leads, or has renewed through that node (two fifths
 /// of the TTL after the move, so that what the other nodes knew of its
-/// session has reached the servers), a is cut off. a's term must end before
+/// session has reached the servers), that node is cut off from its peers
+/// (`ServerFaults::isolate`): it goes on answering a's client, but the
+/// servers hear of a's session no more. a's term must end before
 /// b is granted (its `lost()` fires, `is_valid()` turns false: the backend
 /// learns of the shrink, or never counts a deadline past it), and b leads
 /// within [`Cx::failover_bound`] of the cut; a's write after b's is refused.
+/// (Cutting a's client off instead would let zookeeper-client expire the
+/// shrunk session on its own, 7/5 of its timeout after its last answer,
+/// which hides the fault half the time.)
 /// The node gets its defaults back whatever the outcome.
 pub async fn session_shrunk_on_reconnect_holder_stops_first(
     factory: Arc<dyn BackendFactory>,
@@ -79,7 +84,7 @@ pub async fn session_shrunk_on_reconnect_holder_stops_first(
         );
         let skipped = matches!(limited, Err(Failure::Skip(_)));
         let outcome = match limited {
-            Ok(()) => shrink(&cx, &ca, &cb, &*la, low, max).await,
+            Ok(()) => shrink(&cx, servers, &ca, &cb, &*la, low, max).await,
             failed => failed,
         };
         // The node gets its defaults back even after a failed restart.
@@ -107,10 +112,11 @@ pub async fn session_shrunk_on_reconnect_holder_stops_first(
 }
 
 /// a leads on `ca`, b waits on `cb`; a's client (behind `la`) moves to node
-/// `low`, which gives sessions at most `max`; a is cut off; b must be
-/// granted after a's term ended, and soon.
+/// `low`, which gives sessions at most `max`; that node is cut off from its
+/// peers; b must be granted after a's term ended, and soon.
 async fn shrink(
     cx: &Cx,
+    servers: &dyn ServerFaults,
     ca: &Client,
     cb: &Client,
     la: &dyn Link,
@@ -129,12 +135,24 @@ async fn shrink(
         .await
         .ctx(format_args!("moving a's client to node {low}"))?;
     let renewed_there = reconnected(cx, &a, la, low, moved).await?;
-    la.set(LinkFault::Blackhole).await.ctx("cutting a off")?;
+    // a's client keeps talking to its node, which answers it as before but
+    // passes nothing on: the servers hear of a's session no more, while a
+    // (were it unaware of the shrink) has no reason to doubt its session
+    // before its own deadline.
+    applied(
+        servers.isolate(low).await,
+        format_args!("cutting node {low} off from its peers"),
+    )?;
     let cut = Instant::now();
+    let judged = judge(cx, a, standby, low, max, cut).await;
+    let rejoined = servers
+        .rejoin(low)
+        .await
+        .ctx(format_args!("reconnecting node {low} to its peers"));
     match renewed_there {
         Some(after) => cx.note(format!(
             "a renewed through node {low} {:.0} ms after its client moved there (node {low} \
-             gives sessions {max:?}); cut off then",
+             gives sessions {max:?}); node {low} cut off from its peers then",
             millis(after - moved)
         )),
         None => cx.note(format!(
@@ -143,7 +161,20 @@ async fn shrink(
             millis(cut - moved)
         )),
     }
+    judged.and(rejoined)
+}
 
+/// a's node was cut off from its peers at `cut`: b must be granted after
+/// a's term ended, and within the failover bound; a's late write is refused.
+async fn judge(
+    cx: &Cx,
+    a: Leader,
+    standby: Standby,
+    low: usize,
+    max: Duration,
+    cut: Instant,
+) -> Step {
+    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
     let bound = cx.failover_bound();
     let mut b = standby.fails_over(cx, cut, bound).await?;
     let (lost_at, reason) = cx.within(ttl + rt, "a's loss", a.lost()).await?;
@@ -152,8 +183,9 @@ async fn shrink(
     cx.check(Property::Exclusive, a_end < b_start, || {
         format!(
             "b was granted {:?} before a stopped believing it leads (a's term ended as \
-             {reason:?} {:?} after the cut, its valid_until {:?} after the cut): a's session, \
-             shrunk to {max:?} by node {low} at its reconnect, was let go while a still led",
+             {reason:?} {:?} after node {low} was cut off, its valid_until {:?} after): a's \
+             session, shrunk to {max:?} by node {low} at its reconnect, was let go while a \
+             still led",
             a_end - b_start,
             lost_at.saturating_duration_since(cut),
             a.term.valid_until().saturating_duration_since(cut),
@@ -165,10 +197,11 @@ async fn shrink(
     let took = b_start.saturating_duration_since(cut);
     cx.figures(|f| f.failover_ms = Some(millis(took)));
     cx.check(Property::Timing, took <= bound, || {
-        format!("b led {took:?} after a was cut off, bound {bound:?}")
+        format!("b led {took:?} after a's node was cut off, bound {bound:?}")
     })?;
     cx.note(format!(
-        "a's term ended ({reason:?}) {:.0} ms before b was granted; b led {:.0} ms after the cut",
+        "a's term ended ({reason:?}) {:.0} ms before b was granted; b led {:.0} ms after a's \
+         node was cut off",
         millis(b_start - a_end),
         millis(took)
     ));
