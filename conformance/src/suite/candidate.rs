@@ -328,6 +328,19 @@ impl Standby {
         Standby { handle }
     }
 
+    /// Starts `elector` campaigning; once it is granted, `first` runs in
+    /// the same task, before its term is recorded (to look at another
+    /// candidate's term in the order the backend kept).
+    pub fn start_then(cx: &Cx, elector: Elector, first: impl FnOnce() + Send + 'static) -> Standby {
+        let cx = cx.clone();
+        let handle = tokio::spawn(async move {
+            let leadership = elector.campaign().await.ctx("standby campaign")?;
+            first();
+            Ok(Leader::new(&cx, leadership))
+        });
+        Standby { handle }
+    }
+
     /// Waits for it to lead, at most `limit`.
     pub async fn leads(mut self, cx: &Cx, limit: std::time::Duration) -> Step<Leader> {
         let joined = cx
