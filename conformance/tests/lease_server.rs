@@ -313,3 +313,45 @@ async fn a_write_answered_with_an_error_after_commit_is_committed() {
     let (code, written) = f.put("m", &next).await;
     assert_eq!(code, 200, "{written}");
 }
+
+/// The knobs for refused reads: 403 as RBAC without the verb answers it
+/// (apiserver's responsewriters.Forbidden wording), 429 with a retry delay
+/// in both the `Retry-After` header and the Status's
+/// `details.retryAfterSeconds`, as kube-apiserver's
+/// responsewriters.ErrorNegotiated writes them; the other requests are
+/// served meanwhile, and all of them again once the knob is cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_say_why_and_when_to_come_back() {
+    use std::time::Duration;
+    use tenure_conformance::lease_server::Requests;
+    let f = fixture().await;
+    f.post(&lease("k", "x", 2, 0)).await;
+    let watch = format!("{}?watch=1&fieldSelector=metadata.name%3Dk", f.url(None));
+    f.server.refuse(Requests::Watch, 403, None);
+    let r = f.http.get(&watch).send().await.unwrap();
+    let answer = (r.status().as_u16(), r.json().await.unwrap());
+    assert_status(&answer, 403, "Forbidden");
+    let message = answer.1["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot watch resource \"leases\""),
+        "{message}"
+    );
+    assert_eq!(f.get("k").await.0, 200, "a get was refused with the watch");
+
+    f.server
+        .refuse(Requests::List, 429, Some(Duration::from_secs(2)));
+    let r = f.http.get(f.url(None)).send().await.unwrap();
+    assert_eq!(r.headers()["retry-after"], "2");
+    let answer = (r.status().as_u16(), r.json().await.unwrap());
+    assert_status(&answer, 429, "TooManyRequests");
+    assert_eq!(answer.1["details"]["retryAfterSeconds"], 2);
+
+    f.server.refuse(Requests::Get, 403, None);
+    assert_status(&f.get("k").await, 403, "Forbidden");
+    for requests in [Requests::Get, Requests::List, Requests::Watch] {
+        f.server.stop_refusing(requests);
+    }
+    assert_eq!(f.get("k").await.0, 200);
+    let r = f.http.get(f.url(None)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}

@@ -14,6 +14,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use super::faults::Requests;
 use super::status::{self, FieldError};
 use super::store::{Store, WriteError};
 use super::watch;
@@ -130,6 +131,9 @@ fn normalise(object: &mut Value, ns: &str) -> Result<(), Response> {
 }
 
 async fn read(State(store): State<Store>, Path((ns, name)): Path<(String, String)>) -> Response {
+    if let Some(refused) = store.faults().refusal(Requests::Get, &ns, Some(&name)) {
+        return refused;
+    }
     match store.get(&ns, &name).await {
         Ok(Some(object)) => Json(object).into_response(),
         Ok(None) => status::not_found(&name),
@@ -245,6 +249,14 @@ async fn list_or_watch(
         Err(r) => return r,
     };
     let flag = |k: &str| params.get(k).is_some_and(|v| v == "1" || v == "true");
+    let requests = if flag("watch") {
+        Requests::Watch
+    } else {
+        Requests::List
+    };
+    if let Some(refused) = store.faults().refusal(requests, &ns, name.as_deref()) {
+        return refused;
+    }
     if flag("watch") {
         let rv = params
             .get("resourceVersion")

@@ -2,19 +2,46 @@
 //! own, set by tests: a write committed to etcd but answered with an error
 //! (kube-apiserver's 500 "etcdserver: request timed out" or "leader
 //! changed" after etcd applied the write, a load balancer's 502/503/504 in
-//! front of an apiserver that went on).
+//! front of an apiserver that went on), and reads refused (RBAC without a
+//! verb, API Priority and Fairness shedding load with a `Retry-After`).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::status;
 
+/// Which requests [`LeaseServer::refuse`](super::LeaseServer::refuse) answers
+/// with an error: each is one RBAC verb on `leases`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Requests {
+    /// `get` of one Lease.
+    Get,
+    /// `list` (a GET of the collection without `watch`).
+    List,
+    /// `watch` (a GET of the collection with `watch=1`).
+    Watch,
+}
+
+impl Requests {
+    /// The RBAC verb, as kube-apiserver's authorizer names it.
+    fn verb(self) -> &'static str {
+        match self {
+            Requests::Get => "get",
+            Requests::List => "list",
+            Requests::Watch => "watch",
+        }
+    }
+}
+
 /// The answers set for the next requests. Kept across restarts.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     after_commit: Mutex<Option<(StatusCode, String)>>,
+    refused: Mutex<HashMap<Requests, (StatusCode, Option<Duration>)>>,
 }
 
 impl Faults {
@@ -34,5 +61,46 @@ impl Faults {
             None,
             vec![],
         ))
+    }
+
+    /// Every request of `requests` is answered `code` (with `retry_after`)
+    /// until [`stop_refusing`](Self::stop_refusing).
+    pub(crate) fn refuse(
+        &self,
+        requests: Requests,
+        code: StatusCode,
+        retry_after: Option<Duration>,
+    ) {
+        self.refused
+            .lock()
+            .unwrap()
+            .insert(requests, (code, retry_after));
+    }
+
+    pub(crate) fn stop_refusing(&self, requests: Requests) {
+        self.refused.lock().unwrap().remove(&requests);
+    }
+
+    /// The answer to a request of `requests` on Lease `name` (or the
+    /// namespace's collection) in `ns`, if it is refused.
+    pub(crate) fn refusal(
+        &self,
+        requests: Requests,
+        ns: &str,
+        name: Option<&str>,
+    ) -> Option<Response> {
+        let (code, retry_after) = *self.refused.lock().unwrap().get(&requests)?;
+        let message = match code.as_u16() {
+            // apiserver/pkg/endpoints/handlers/responsewriters/errors.go, Forbidden().
+            403 => format!(
+                "{}{} is forbidden: User \"system:serviceaccount:{ns}:tenure\" cannot {} resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{ns}\"",
+                status::RESOURCE,
+                name.map(|n| format!(" {n:?}")).unwrap_or_default(),
+                requests.verb(),
+            ),
+            429 => "Too many requests, please try again later.".to_owned(),
+            _ => format!("{} refused by the test server", requests.verb()),
+        };
+        Some(status::refused(code, message, name, retry_after))
     }
 }

@@ -29,6 +29,7 @@ use tenure_kube::kube;
 
 use crate::harness::HarnessError;
 
+pub use faults::Requests;
 pub use kubeconfig::{kube_config_for, kube_url, kubeconfig_yaml, KubeconfigFile};
 
 /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
@@ -148,6 +149,23 @@ impl LeaseServer {
         let code = axum::http::StatusCode::from_u16(code).expect("an HTTP status code");
         self.faults
             .answer_next_write_after_commit(code, message.to_owned());
+    }
+
+    /// Answers every request of `requests` with `code` until
+    /// [`stop_refusing`](Self::stop_refusing): 403 Forbidden as RBAC
+    /// without that verb does, 429 TooManyRequests as API Priority and
+    /// Fairness does when it sheds load; with `retry_after` (whole seconds,
+    /// at least 1), the Status carries `details.retryAfterSeconds` and the
+    /// answer a `Retry-After` header, as kube-apiserver writes them
+    /// (`responsewriters.ErrorNegotiated`).
+    pub fn refuse(&self, requests: Requests, code: u16, retry_after: Option<Duration>) {
+        let code = axum::http::StatusCode::from_u16(code).expect("an HTTP status code");
+        self.faults.refuse(requests, code, retry_after);
+    }
+
+    /// Serves `requests` again.
+    pub fn stop_refusing(&self, requests: Requests) {
+        self.faults.stop_refusing(requests);
     }
 
     /// Kills the server: every connection and watch drops at once.

@@ -55,6 +55,45 @@ pub(crate) fn reason_for(code: StatusCode) -> &'static str {
     }
 }
 
+/// A refusal with `code` (`reason` as apimachinery names it); with
+/// `retry_after`, `details.retryAfterSeconds` and the `Retry-After` header,
+/// as kube-apiserver's `responsewriters.ErrorNegotiated` writes both for a
+/// Status that carries a retry delay (`errors.NewTooManyRequests`, and API
+/// Priority and Fairness's 429s, which send the header).
+pub(crate) fn refused(
+    code: StatusCode,
+    message: String,
+    name: Option<&str>,
+    retry_after: Option<std::time::Duration>,
+) -> Response {
+    let mut details = json!({ "group": "coordination.k8s.io", "kind": "leases" });
+    if let Some(name) = name {
+        details["name"] = json!(name);
+    }
+    let seconds = retry_after.map(|d| d.as_secs().max(1));
+    if let Some(seconds) = seconds {
+        details["retryAfterSeconds"] = json!(seconds);
+    }
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason_for(code),
+        "details": details,
+        "code": code.as_u16(),
+    });
+    let mut response = (code, Json(body)).into_response();
+    if let Some(seconds) = seconds {
+        response.headers_mut().insert(
+            "retry-after",
+            seconds.to_string().parse().expect("a header value"),
+        );
+    }
+    response
+}
+
 /// 404 NotFound.
 pub(crate) fn not_found(name: &str) -> Response {
     failure(

@@ -1,14 +1,23 @@
 //! Expiry judged by the observer's own monotonic clock (client-go#448), and
 //! waiting for a Lease to change by watching it.
+//!
+//! Watches and lists go through the client as raw requests: kube-client
+//! keeps neither the `Retry-After` header nor a Status's
+//! `details.retryAfterSeconds` in its errors, and a server that sheds load
+//! (API Priority and Fairness's 429) says there how long to stay away.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
+use http_body_util::BodyExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, WatchEvent, WatchParams};
-use kube::Api;
+use kube::core::ObjectList;
+use kube::error::ErrorResponse;
+use kube::{Api, Client};
+use serde_json::Value;
 use tokio::time::Instant;
 
 /// When this process first saw each Lease's current resourceVersion.
@@ -37,16 +46,294 @@ pub(crate) enum Change {
     /// state at the event's resourceVersion; a write based on it is still a
     /// compare-and-swap, so a later change only makes that write conflict.
     Seen(Option<Box<Lease>>),
-    /// The deadline passed, or the watch failed (410 Gone included): re-read.
+    /// The deadline passed, or the watch failed (after its back-off): re-read.
     Unknown,
 }
 
-type Events = BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+/// A failed watch or list: the error, and how long the server asked us to
+/// stay away (`Retry-After`, or a Status's `details.retryAfterSeconds`).
+pub(crate) struct Failure {
+    error: kube::Error,
+    retry_after: Option<Duration>,
+}
+
+impl From<kube::Error> for Failure {
+    fn from(error: kube::Error) -> Self {
+        Failure {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+impl Failure {
+    /// 410 Gone / Expired: the history after the resourceVersion is gone.
+    fn is_expired(&self) -> bool {
+        matches!(&self.error, kube::Error::Api(e) if e.code == 410)
+    }
+
+    fn is_forbidden(&self) -> bool {
+        matches!(&self.error, kube::Error::Api(e) if e.code == 403)
+    }
+
+    /// A failure read from a `Status` object (an error answer's body, or a
+    /// watch's ERROR event), `code` the HTTP status if there was one.
+    fn from_status(status: &Value, code: u16, header: Option<Duration>) -> Failure {
+        let text = |field: &str| status[field].as_str().unwrap_or_default().to_owned();
+        let code = status["code"]
+            .as_u64()
+            .and_then(|c| u16::try_from(c).ok())
+            .filter(|c| *c != 0)
+            .unwrap_or(code);
+        let asked = status["details"]["retryAfterSeconds"]
+            .as_u64()
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs);
+        Failure {
+            error: kube::Error::Api(ErrorResponse {
+                status: text("status"),
+                message: text("message"),
+                reason: text("reason"),
+                code,
+            }),
+            retry_after: asked.max(header),
+        }
+    }
+
+    /// A failure answered with HTTP status `code`, body `body`.
+    fn from_answer(code: u16, body: &[u8], header: Option<Duration>) -> Failure {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(status) if status.is_object() => Failure::from_status(&status, code, header),
+            // Not a Status: API Priority and Fairness answers its 429 as text.
+            _ => Failure {
+                error: kube::Error::Api(ErrorResponse {
+                    status: "Failure".to_owned(),
+                    message: String::from_utf8_lossy(body).trim().to_owned(),
+                    reason: String::new(),
+                    code,
+                }),
+                retry_after: header,
+            },
+        }
+    }
+}
+
+/// `Retry-After` in seconds (the only form kube-apiserver sends).
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+type Events = BoxStream<'static, Result<WatchEvent<Lease>, Failure>>;
 
 fn params_for(name: &str) -> WatchParams {
     WatchParams::default()
         .fields(&format!("metadata.name={name}"))
         .timeout(290)
+}
+
+/// Sends `request`; a 2xx answer's body, or the failure.
+async fn send(
+    client: &Client,
+    mut request: http::Request<Vec<u8>>,
+    kind: &'static str,
+) -> Result<kube::client::Body, Failure> {
+    request.extensions_mut().insert(kind);
+    let answer = client.send(request.map(kube::client::Body::from)).await?;
+    let code = answer.status().as_u16();
+    if (200..300).contains(&code) {
+        return Ok(answer.into_body());
+    }
+    let header = retry_after(answer.headers());
+    let body = answer
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Err(Failure::from_answer(code, &body, header))
+}
+
+/// A watch's body as events, one JSON object a line; an ERROR event is a
+/// [`Failure`] (its Status may carry `retryAfterSeconds`).
+fn events(body: kube::client::Body) -> Events {
+    let state = (body.into_data_stream(), Vec::<u8>::new(), false);
+    futures::stream::unfold(state, |(mut data, mut buffer, mut ended)| async move {
+        loop {
+            if let Some(at) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=at).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Some((event(&line), (data, buffer, ended)));
+            }
+            if ended {
+                // A partial last line (a connection cut mid-event) is dropped.
+                return None;
+            }
+            match data.next().await {
+                Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    ended = true;
+                    buffer.clear();
+                    return Some((Err(Failure::from(e)), (data, buffer, ended)));
+                }
+                None => ended = true,
+            }
+        }
+    })
+    .boxed()
+}
+
+fn event(line: &[u8]) -> Result<WatchEvent<Lease>, Failure> {
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| Failure::from(kube::Error::SerdeError(e)))?;
+    match value["type"].as_str() {
+        Some("ERROR") => Err(Failure::from_status(&value["object"], 500, None)),
+        Some(_) => {
+            serde_json::from_value(value).map_err(|e| Failure::from(kube::Error::SerdeError(e)))
+        }
+        // A bare Status: an error written into the stream.
+        None => Err(Failure::from_status(&value, 500, None)),
+    }
+}
+
+/// The shortest and longest cap of the back-off after a failed watch or list.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(4);
+/// The longest `Retry-After` honoured (a waiter's deadline cuts it shorter).
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
+/// Failures in a row before a WARN; then at most one WARN per this period.
+const WARN_AFTER: u32 = 3;
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Back-off between failed watches and lists: full jitter (a delay drawn
+/// uniformly from zero to a cap doubling from 100 ms to 4 s), at least what
+/// the server asked for; reset when the watch delivers again.
+#[derive(Debug, Default)]
+struct Retry {
+    attempt: u32,
+    failures: u32,
+    since: Option<Instant>,
+    warned: Option<Instant>,
+}
+
+impl Retry {
+    fn succeeded(&mut self, name: &str) {
+        if self.warned.is_some() {
+            tracing::info!(
+                lease = name,
+                failures = self.failures,
+                "watching the Lease works again"
+            );
+        }
+        *self = Retry::default();
+    }
+
+    /// The delay before the next try after `failure` of `what`; says so at
+    /// WARN once failures persist, at most once a minute.
+    fn failed(&mut self, name: &str, what: &'static str, failure: &Failure) -> Duration {
+        let cap = RETRY_MIN
+            .saturating_mul(1 << self.attempt.min(10))
+            .min(RETRY_MAX);
+        self.attempt += 1;
+        self.failures += 1;
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let mut delay = cap.mul_f64(rand::random::<f64>());
+        if let Some(asked) = failure.retry_after {
+            delay = delay.max(asked.min(RETRY_AFTER_MAX));
+        }
+        let error = &failure.error;
+        let due = self.warned.is_none_or(|at| at.elapsed() >= WARN_EVERY);
+        if self.failures >= WARN_AFTER && due {
+            self.warned = Some(Instant::now());
+            let hint = if failure.is_forbidden() {
+                "; tenure needs get, list, watch, create and update on leases.coordination.k8s.io"
+            } else {
+                ""
+            };
+            tracing::warn!(
+                lease = name,
+                failures = self.failures,
+                failing_for = ?since.elapsed(),
+                %error,
+                retry_in = ?delay,
+                "the Lease's {what} keeps failing; reading it after each back-off instead{hint}"
+            );
+        } else {
+            tracing::debug!(lease = name, %error, retry_in = ?delay, "the Lease's {what} failed");
+        }
+        delay
+    }
+}
+
+/// What a list after a 410 found.
+enum Relisted {
+    /// The Lease changed since the resourceVersion (or is gone).
+    Changed(Option<Lease>),
+    /// Unchanged: a watch from the list's resourceVersion.
+    Watching(Events),
+}
+
+/// Where a watch or list goes (shared across threads while a request is
+/// on its way, which the open stream is not).
+struct Target {
+    client: Client,
+    url: String,
+    name: String,
+}
+
+impl Target {
+    async fn start(&self, resource_version: &str) -> Result<Events, Failure> {
+        let request = kube::core::Request::new(&self.url)
+            .watch(&params_for(&self.name), resource_version)
+            .map_err(|e| Failure::from(kube::Error::BuildRequest(e)))?;
+        let body = send(&self.client, request, "watch").await?;
+        Ok(events(body))
+    }
+
+    /// The Lease and the list's resourceVersion.
+    async fn list(&self) -> Result<(Option<Lease>, Option<String>), Failure> {
+        let params = ListParams::default().fields(&format!("metadata.name={}", self.name));
+        let request = kube::core::Request::new(&self.url)
+            .list(&params)
+            .map_err(|e| Failure::from(kube::Error::BuildRequest(e)))?;
+        let body = send(&self.client, request, "list").await?;
+        let bytes = body.collect().await.map_err(Failure::from)?.to_bytes();
+        let list: ObjectList<Lease> = serde_json::from_slice(&bytes)
+            .map_err(|e| Failure::from(kube::Error::SerdeError(e)))?;
+        Ok((
+            list.items.into_iter().next(),
+            list.metadata.resource_version,
+        ))
+    }
+
+    /// After a 410 Gone (the history after `resource_version` is gone):
+    /// lists the Lease, as client-go's reflector does. If it changed since
+    /// `resource_version`, that is the change; otherwise the watch goes on
+    /// from the list's resourceVersion, which the server still has. (A watch
+    /// from the object's own resourceVersion would be refused again for as
+    /// long as the Lease is not written.)
+    async fn relist(&self, resource_version: &str) -> Result<Relisted, Failure> {
+        let (current, from) = self.list().await?;
+        match &current {
+            Some(lease) if lease.metadata.resource_version.as_deref() == Some(resource_version) => {
+                let from = from.ok_or_else(|| {
+                    Failure::from(kube::Error::Service(
+                        "a list of Leases came without a resourceVersion".into(),
+                    ))
+                })?;
+                Ok(Relisted::Watching(self.start(&from).await?))
+            }
+            _ => Ok(Relisted::Changed(current)),
+        }
+    }
 }
 
 /// One Lease's changes, over a watch kept open from one change to the next.
@@ -58,19 +345,32 @@ fn params_for(name: &str) -> WatchParams {
 /// standby up to 100 ms late. Kept open, the stream carries the release as
 /// soon as it is written; and a waiting candidate makes one request per
 /// wait, not one per renewal it sees.
+///
+/// A watch or list that fails (403, 429, 5xx, a broken connection) is tried
+/// again after a back-off ([`Retry`]) that honours `Retry-After`; a 410 Gone,
+/// as an answer or as an ERROR event, is followed by a list.
 pub(crate) struct LeaseWatch {
-    api: Api<Lease>,
+    target: Target,
     name: String,
     /// The open stream and the resourceVersion of the last event it gave.
     open: Option<(String, Events)>,
+    /// A watch [`open`](Self::open) could not start, from that resourceVersion.
+    refused: Option<(String, Failure)>,
+    retry: Retry,
 }
 
 impl LeaseWatch {
     pub(crate) fn new(api: Api<Lease>, name: &str) -> LeaseWatch {
         LeaseWatch {
-            api,
+            target: Target {
+                url: api.resource_url().to_owned(),
+                client: api.into_client(),
+                name: name.to_owned(),
+            },
             name: name.to_owned(),
             open: None,
+            refused: None,
+            retry: Retry::default(),
         }
     }
 
@@ -83,98 +383,125 @@ impl LeaseWatch {
 
     /// Opens the watch from `resource_version` now, unless it is open
     /// there already: a look the caller takes next then cannot miss a change
-    /// that the watch would carry only from the server's catch-up.
-    pub(crate) async fn open(&mut self, resource_version: &str) -> kube::Result<()> {
+    /// that the watch would carry only from the server's catch-up. A watch
+    /// that cannot start is not tried again by the next
+    /// [`changed`](Self::changed) from there: that one backs off (or lists,
+    /// after a 410).
+    pub(crate) async fn open(&mut self, resource_version: &str) {
         if self.follows(resource_version) {
-            return Ok(());
+            return;
         }
-        let stream = self
-            .api
-            .watch(&params_for(&self.name), resource_version)
-            .await?;
-        self.open = Some((resource_version.to_owned(), stream.boxed()));
-        Ok(())
+        match self.target.start(resource_version).await {
+            Ok(stream) => self.open = Some((resource_version.to_owned(), stream)),
+            Err(failure) => self.refused = Some((resource_version.to_owned(), failure)),
+        }
     }
 
-    /// After a 410 Gone (the history after `resource_version` is gone):
-    /// lists the Lease, as client-go's reflector does. If it changed since
-    /// `resource_version`, that is the change; otherwise the watch goes on
-    /// from the list's resourceVersion, which the server still has. (A watch
-    /// from the object's own resourceVersion would be refused again for as
-    /// long as the Lease is not written.)
-    async fn relist(
-        api: &Api<Lease>,
-        name: &str,
-        resource_version: &str,
-    ) -> Option<Result<Change, Events>> {
-        let params = ListParams::default().fields(&format!("metadata.name={name}"));
-        let list = api.list(&params).await.ok()?;
-        let current = list.items.into_iter().next();
-        match &current {
-            Some(lease) if lease.metadata.resource_version.as_deref() == Some(resource_version) => {
-                let from = list.metadata.resource_version?;
-                let stream = api.watch(&params_for(name), &from).await.ok()?;
-                Some(Err(stream.boxed()))
-            }
-            _ => Some(Ok(Change::Seen(current.map(Box::new)))),
-        }
+    /// Backs off after `failure` of `what`; the caller reads again.
+    async fn failed(
+        &mut self,
+        what: &'static str,
+        failure: Failure,
+    ) -> (Change, Option<(String, Events)>) {
+        let delay = self.retry.failed(&self.name, what, &failure);
+        tokio::time::sleep(delay).await;
+        (Change::Unknown, None)
     }
 
     /// Waits until the Lease changes after `resource_version` (or is
-    /// deleted), `until` passes, or the watch fails. The changed object
-    /// comes with the event, so the caller need not read it again: one
-    /// request fewer on every hand-over. The stream stays open for the next
-    /// call if that call goes on from the event this one returned.
+    /// deleted), `until` passes, or the watch fails (then after a back-off).
+    /// The changed object comes with the event, so the caller need not read
+    /// it again: one request fewer on every hand-over. The stream stays open
+    /// for the next call if that call goes on from the event this one
+    /// returned.
     pub(crate) async fn changed(
         &mut self,
         resource_version: &str,
         until: Option<Instant>,
     ) -> Change {
         let open = self.open.take();
-        let (api, name) = (&self.api, self.name.as_str());
-        let wait = async {
-            let mut stream = match open {
-                Some((rv, stream)) if rv == resource_version => stream,
-                _ => match api.watch(&params_for(name), resource_version).await {
-                    Ok(stream) => stream.boxed(),
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        return (Change::Unknown, None);
-                    }
-                },
-            };
-            let mut relisted = false;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(WatchEvent::Bookmark(_)) => continue,
-                    Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
-                        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
-                        return (Change::Seen(Some(Box::new(lease))), Some((rv, stream)));
-                    }
-                    Ok(WatchEvent::Deleted(_)) => return (Change::Seen(None), None),
-                    Ok(WatchEvent::Error(e)) if e.code == 410 && !relisted => {
-                        relisted = true;
-                        match Self::relist(api, name, resource_version).await {
-                            Some(Ok(change)) => return (change, None),
-                            Some(Err(from_list)) => stream = from_list,
-                            None => return (Change::Unknown, None),
-                        }
-                    }
-                    Ok(WatchEvent::Error(_)) | Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        return (Change::Unknown, None);
-                    }
-                }
-            }
-            (Change::Unknown, None)
-        };
         let (change, open) = match until {
-            Some(until) => tokio::time::timeout_at(until, wait)
+            Some(until) => tokio::time::timeout_at(until, self.wait(open, resource_version))
                 .await
                 .unwrap_or((Change::Unknown, None)),
-            None => wait.await,
+            None => self.wait(open, resource_version).await,
         };
         self.open = open;
         change
+    }
+
+    async fn wait(
+        &mut self,
+        open: Option<(String, Events)>,
+        resource_version: &str,
+    ) -> (Change, Option<(String, Events)>) {
+        let refused = self.refused.take().filter(|(rv, _)| rv == resource_version);
+        let started = match (open, refused) {
+            (Some((rv, stream)), _) if rv == resource_version => Ok(stream),
+            (_, Some((_, failure))) => Err(failure),
+            _ => self.target.start(resource_version).await,
+        };
+        let mut relisted = false;
+        let mut stream = match started {
+            Ok(stream) => stream,
+            // An HTTP 410 (an older apiserver, a proxy) means what the
+            // ERROR event means.
+            Err(failure) if failure.is_expired() => {
+                relisted = true;
+                match self.target.relist(resource_version).await {
+                    Ok(Relisted::Changed(now)) => {
+                        self.retry.succeeded(&self.name);
+                        return (Change::Seen(now.map(Box::new)), None);
+                    }
+                    Ok(Relisted::Watching(stream)) => stream,
+                    Err(failure) => return self.failed("list", failure).await,
+                }
+            }
+            Err(failure) => return self.failed("watch", failure).await,
+        };
+        let opened = Instant::now();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Bookmark(_)) => {
+                    self.retry.succeeded(&self.name);
+                    continue;
+                }
+                Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
+                    self.retry.succeeded(&self.name);
+                    let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+                    return (Change::Seen(Some(Box::new(lease))), Some((rv, stream)));
+                }
+                Ok(WatchEvent::Deleted(_)) => {
+                    self.retry.succeeded(&self.name);
+                    return (Change::Seen(None), None);
+                }
+                Ok(WatchEvent::Error(e)) => {
+                    return self
+                        .failed("watch", Failure::from(kube::Error::Api(e)))
+                        .await
+                }
+                Err(failure) if failure.is_expired() && !relisted => {
+                    relisted = true;
+                    match self.target.relist(resource_version).await {
+                        Ok(Relisted::Changed(now)) => {
+                            self.retry.succeeded(&self.name);
+                            return (Change::Seen(now.map(Box::new)), None);
+                        }
+                        Ok(Relisted::Watching(from_list)) => stream = from_list,
+                        Err(failure) => return self.failed("list", failure).await,
+                    }
+                }
+                Err(failure) => return self.failed("watch", failure).await,
+            }
+        }
+        // The server ended the watch. One that ends as soon as it starts
+        // (a proxy that closes it, a server going away) is a failure too.
+        if opened.elapsed() < Duration::from_secs(1) {
+            let ended = Failure::from(kube::Error::Service(
+                "the watch ended as soon as it started".into(),
+            ));
+            return self.failed("watch", ended).await;
+        }
+        (Change::Unknown, None)
     }
 }

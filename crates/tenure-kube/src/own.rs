@@ -80,7 +80,7 @@ async fn until_lost(
             // otherwise come from the server's catch-up of past events:
             // kube-apiserver without its watch cache serves those from
             // etcd's, up to 100 ms later.)
-            let _ = watch.open(&rv).await;
+            watch.open(&rv).await;
             match bounded("get lease", request_timeout, api.get_opt(name)).await {
                 Ok(Ok(None)) => return LossReason::Deleted,
                 Ok(Ok(Some(now))) if Term::of(&now) != *term => return LossReason::TakenOver,
@@ -109,7 +109,7 @@ async fn until_lost(
             Change::Seen(Some(now)) if Term::of(&now) != *term => return LossReason::TakenOver,
             // One of our renewals: watch on from it.
             Change::Seen(Some(now)) => rv = now.metadata.resource_version.unwrap_or_default(),
-            // The watch failed or ended (it sleeps 100 ms on a failure): look again.
+            // The watch failed (after its back-off) or ended: look again.
             Change::Unknown => look = true,
         }
     }

@@ -3,15 +3,20 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{candidacy, env, go_lease, hold, spec, TTL};
+use common::{candidacy, env, go_lease, hold, spec, Env, TTL};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::chrono::{TimeDelta, Utc};
 use kube::api::PostParams;
+use kube::Api;
 use tenure_conformance::harness::wait_for;
+use tenure_conformance::lease_server::Requests;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{AcquireMode, Acquisition, FencingToken, LeaseBackend};
+use tenure_kube::KubeLeaseBackend;
 use tokio::time::{timeout, Instant};
 
 /// kubernetes#131867: a renewal whose request reached the server but whose
@@ -668,5 +673,138 @@ async fn a_renewal_writes_its_ttl_over_a_shortened_lease_duration_and_counts_no_
         stored,
         Some(TTL.as_secs() as i32),
         "the renewal kept someone else's leaseDurationSeconds"
+    );
+}
+
+/// A Lease held by a peer that writes nothing for a while, whose etcd
+/// history was compacted past its resourceVersion, and a waiting candidate.
+/// Its first watch, from the Lease's own resourceVersion, is refused 410
+/// Gone; the candidate lists the Lease once and watches on from the list's
+/// resourceVersion, which the server still has: then it is quiet until the
+/// Lease changes, and sees the change at once.
+async fn held_by_an_idle_peer_and_compacted(env: &Env, name: &str) -> Api<Lease> {
+    let raw = env.raw().await;
+    raw.create(&PostParams::default(), &go_lease(name, "go", 30, 0))
+        .await
+        .unwrap();
+    env.server.expire_watches().await.expect("compaction");
+    raw
+}
+
+/// Frees the Lease as a peer's release does.
+async fn free(raw: &Api<Lease>, name: &str) {
+    let mut lease = raw.get(name).await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    raw.replace(name, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+}
+
+/// The requests the server answers (and watch events it sends) while a
+/// candidate waits on `name` for `window`, from its first look on; the
+/// waiting task goes on.
+async fn served_while_waiting(
+    env: &Env,
+    b: &Arc<KubeLeaseBackend>,
+    name: &str,
+    window: Duration,
+) -> (
+    u64,
+    tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)>,
+) {
+    let before = env.server.served();
+    let waiting = tokio::spawn({
+        let (b, wants) = (b.clone(), candidacy(name, "b"));
+        async move {
+            let granted = b.acquire(&wants, AcquireMode::Wait).await;
+            (granted, Instant::now())
+        }
+    });
+    tokio::time::sleep(window).await;
+    (env.server.served() - before, waiting)
+}
+
+/// Watch failures (issue 23): a waiter whose watch starts from a compacted
+/// resourceVersion treats the 410 Gone as client-go's reflector does (list,
+/// then watch from the list's resourceVersion) whether it comes as an HTTP
+/// 410 (an older apiserver, a proxy) or as kube-apiserver's one ERROR event:
+/// four requests (its look, the refused watch, the list, the watch from it),
+/// then none while the Lease stays unchanged. It used to look and watch
+/// again every 100 ms for as long as the Lease was not written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_on_a_compacted_idle_lease_lists_once_and_waits_quietly() {
+    let env = env().await;
+    let raw = held_by_an_idle_peer_and_compacted(&env, "compacted-idle").await;
+    let b = env.backend().await;
+    let (served, waiting) =
+        served_while_waiting(&env, &b, "compacted-idle", Duration::from_millis(600)).await;
+    eprintln!("a waiter on a compacted idle Lease: {served} requests in 600 ms");
+    assert!(
+        served <= 4,
+        "a waiter on a compacted, idle Lease made {served} requests in 600 ms \
+         (its look, the watch answered 410, one list and one watch from it are 4)"
+    );
+    let freed = Instant::now();
+    free(&raw, "compacted-idle").await;
+    let (granted, at) = timeout(TTL, waiting)
+        .await
+        .expect("b was granted within the TTL")
+        .unwrap();
+    granted.expect("b's acquire").granted().expect("b granted");
+    let took = at - freed;
+    assert!(
+        took <= Duration::from_millis(500),
+        "the watch from the list's resourceVersion did not carry the release: b led {took:?} after it"
+    );
+}
+
+/// Watch failures (issue 23): a waiter whose watch is refused (403: RBAC
+/// without `watch`) reads the Lease after each back-off instead: the delay
+/// drawn uniformly up to a cap doubling from 100 ms to 4 s (full jitter).
+/// It used to look and watch again every 100 ms, about 28 requests in
+/// 1.5 s; with the back-off, 18 or fewer but for a chance below 1 in 50,000
+/// (a simulation of the draws: median 10).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_whose_watch_is_forbidden_backs_off() {
+    let env = env().await;
+    let raw = env.raw().await;
+    raw.create(&PostParams::default(), &go_lease("no-watch", "go", 30, 0))
+        .await
+        .unwrap();
+    env.server.refuse(Requests::Watch, 403, None);
+    let b = env.backend().await;
+    let (served, waiting) =
+        served_while_waiting(&env, &b, "no-watch", Duration::from_millis(1500)).await;
+    waiting.abort();
+    eprintln!("a waiter whose watch is forbidden: {served} requests in 1.5 s");
+    assert!(
+        served <= 18,
+        "a waiter whose watch is forbidden made {served} requests in 1.5 s"
+    );
+}
+
+/// Watch failures (issue 23): a waiter whose watch is answered 429 with
+/// `Retry-After: 1` (API Priority and Fairness shedding load; the Status
+/// also carries `details.retryAfterSeconds`) stays away for that second:
+/// its look and the refused watch, then nothing for 900 ms.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_answered_429_stays_away_for_its_retry_after() {
+    let env = env().await;
+    let raw = env.raw().await;
+    raw.create(&PostParams::default(), &go_lease("shed", "go", 30, 0))
+        .await
+        .unwrap();
+    env.server
+        .refuse(Requests::Watch, 429, Some(Duration::from_secs(1)));
+    let b = env.backend().await;
+    let (served, waiting) =
+        served_while_waiting(&env, &b, "shed", Duration::from_millis(900)).await;
+    waiting.abort();
+    eprintln!("a waiter answered 429 with Retry-After 1: {served} requests in 900 ms");
+    assert!(
+        served <= 2,
+        "a waiter answered 429 with Retry-After: 1 made {served} requests in 900 ms"
     );
 }
