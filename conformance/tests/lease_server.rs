@@ -133,8 +133,89 @@ async fn create_get_update_delete_and_their_failures() {
     assert_eq!(code, 200);
     assert_eq!(deleted["spec"]["holderIdentity"], "y");
     assert_status(&f.delete("a").await, 404, "NotFound");
-    assert_status(&f.put("a", &updated).await, 404, "NotFound");
-    assert!(f.server.writes() >= 6);
+    // A PUT of the deleted Lease with its uid: the uid precondition fails.
+    let answer = f.put("a", &updated).await;
+    assert_status(&answer, 409, "Conflict");
+    let message = answer.1["message"].as_str().unwrap();
+    assert!(
+        message.contains("Precondition failed: UID in precondition"),
+        "{message}"
+    );
+    // Without one, the PUT creates it: Leases allow create-on-update
+    // (pkg/registry/coordination/lease/strategy.go, AllowCreateOnUpdate).
+    let mut fresh = updated.clone();
+    let meta = fresh["metadata"].as_object_mut().unwrap();
+    meta.remove("uid");
+    meta.remove("resourceVersion");
+    let (code, recreated) = f.put("a", &fresh).await;
+    assert_eq!(code, 201, "{recreated}");
+    assert_eq!(recreated["spec"]["holderIdentity"], "y");
+    assert_ne!(recreated["metadata"]["uid"], updated["metadata"]["uid"]);
+    // Five etcd transactions: two creates by POST (one refused by etcd as
+    // AlreadyExists), the update, the delete, the create by PUT. The stale
+    // PUT, the 422, the second delete and the PUT with a failed precondition
+    // were refused on a read, before any write.
+    assert_eq!(f.server.writes(), 5);
+}
+
+/// A stale PUT is refused with 409 before any etcd write, as kube-apiserver's
+/// `GuaranteedUpdate` does when the state it holds is current
+/// (staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go; the registry's
+/// `Store.Update` compares resourceVersions before anything is written): the
+/// server's write counter counts writes that could commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_put_is_refused_before_any_write() {
+    let f = fixture().await;
+    let (_, created) = f.post(&lease("s", "x", 2, 0)).await;
+    let mut next = created.clone();
+    next["spec"]["holderIdentity"] = json!("y");
+    assert_eq!(f.put("s", &next).await.0, 200);
+    let writes = f.server.writes();
+    assert_status(&f.put("s", &next).await, 409, "Conflict");
+    assert_eq!(f.server.writes(), writes, "a stale PUT was written to etcd");
+}
+
+/// DELETE honours the preconditions of its DeleteOptions (uid,
+/// resourceVersion): 409 Conflict, "Precondition failed", if the stored
+/// Lease does not meet them (storage.Preconditions.Check, which etcd3's
+/// conditionalDelete runs; storeerr.InterpretDeleteError makes it a
+/// Conflict); deleted if it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_honours_its_preconditions() {
+    let f = fixture().await;
+    let (_, created) = f.post(&lease("d", "x", 2, 0)).await;
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    let delete = |preconditions: Value| {
+        let body =
+            json!({ "kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions });
+        f.http.delete(f.url(Some("d"))).json(&body).send()
+    };
+    for (preconditions, wrong) in [
+        (
+            json!({ "uid": "not-its-uid" }),
+            "UID in precondition: not-its-uid",
+        ),
+        (
+            json!({ "uid": uid, "resourceVersion": "1" }),
+            "ResourceVersion in precondition: 1",
+        ),
+    ] {
+        let r = delete(preconditions).await.unwrap();
+        let answer = (r.status().as_u16(), r.json().await.unwrap());
+        assert_status(&answer, 409, "Conflict");
+        let message = answer.1["message"].as_str().unwrap();
+        assert!(message.contains(wrong), "{message}");
+        assert_eq!(
+            f.get("d").await.0,
+            200,
+            "deleted despite a failed precondition"
+        );
+    }
+    let r = delete(json!({ "uid": uid, "resourceVersion": rv(&created) }))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_status(&f.get("d").await, 404, "NotFound");
 }
 
 /// What tenure's resourceVersion fencing tokens rest on (KEP-5504): a Lease
@@ -244,8 +325,16 @@ async fn list_and_watch_report_changes_with_bookmarks() {
     assert_eq!(changes, ["MODIFIED", "DELETED"]);
 }
 
+/// A watch from a compacted resourceVersion is answered as kube-apiserver
+/// answers it: HTTP 200 and one ERROR event, Status 410 Expired, then the
+/// end of the stream (the cacher's newErrWatcher: "once we have passed
+/// authn/authz/admission, and successfully parsed a resource version, we
+/// should treat all other errors as terminal watch errors and not an HTTP
+/// error response"; the etcd3 watcher sends the compaction as an error event
+/// too: staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go,
+/// .../storage/etcd3/watcher.go).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_from_a_compacted_resource_version_is_410() {
+async fn watch_from_a_compacted_resource_version_is_one_error_event() {
     let f = fixture().await;
     let (_, created) = f.post(&lease("c", "x", 2, 0)).await;
     let mut object = created.clone();
@@ -262,8 +351,18 @@ async fn watch_from_a_compacted_resource_version_is_410() {
         .unwrap();
     let url = format!("{}?watch=1&resourceVersion={}", f.url(None), rv(&created));
     let r = f.http.get(url).send().await.unwrap();
-    let answer = (r.status().as_u16(), r.json().await.unwrap());
-    assert_status(&answer, 410, "Expired");
+    assert_eq!(r.status().as_u16(), 200);
+    let text = tokio::time::timeout(std::time::Duration::from_secs(5), r.text())
+        .await
+        .expect("the watch ended after its ERROR event")
+        .unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let event: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(event["type"], "ERROR", "{event}");
+    assert_eq!(event["object"]["kind"], "Status");
+    assert_eq!(event["object"]["code"], 410);
+    assert_eq!(event["object"]["reason"], "Expired");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

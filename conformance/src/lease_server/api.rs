@@ -165,6 +165,20 @@ async fn create(State(store): State<Store>, Path(ns): Path<String>, body: Bytes)
     }
 }
 
+/// A string field of `metadata`, if set and not empty.
+fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object["metadata"][field].as_str().filter(|s| !s.is_empty())
+}
+
+/// PUT, as kube-apiserver's registry `Store.Update` runs it over
+/// `GuaranteedUpdate` with current state: the body's uid is a precondition
+/// (`rest.DefaultUpdatedObjectInfo.Preconditions`), checked before anything
+/// else; a missing Lease is created (the Lease strategy's
+/// `AllowCreateOnUpdate` is true: pkg/registry/coordination/lease/strategy.go);
+/// an existing one needs the body's resourceVersion (422 without, 409 if
+/// stale), and a stale one is refused before any etcd write. Only a write
+/// that may commit reaches etcd, as a transaction on the mod revision (a
+/// write racing it between the read and the transaction is a 409 too).
 async fn update(
     State(store): State<Store>,
     Path((ns, name)): Path<(String, String)>,
@@ -186,24 +200,85 @@ async fn update(
             ))
         }
     }
-    let mut errors = validate(&object, &name);
-    let rv = object["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
-    if rv.is_empty() {
-        errors.push((
+    let rv = match meta_str(&object, "resourceVersion").map(str::parse::<i64>) {
+        None => None,
+        Some(Ok(rv)) => Some(rv),
+        Some(Err(_)) => {
+            let rv = meta_str(&object, "resourceVersion").unwrap_or_default();
+            return status::bad_request(format!("invalid resourceVersion {rv:?}"));
+        }
+    };
+    let uid = meta_str(&object, "uid").map(str::to_owned);
+    // The first guess of the current state is a local read, as
+    // kube-apiserver's is its watch cache; only if the write would be
+    // refused on it is the state read again with a quorum (GuaranteedUpdate
+    // re-reads etcd when its cached state fails the update), so a write
+    // that goes ahead costs no quorum round more than the transaction.
+    let meets = |current: &Option<Value>| {
+        current.as_ref().is_some_and(|current| {
+            uid.as_deref()
+                .is_none_or(|uid| meta_str(current, "uid") == Some(uid))
+                && rv.is_some_and(|rv| {
+                    meta_str(current, "resourceVersion") == Some(rv.to_string().as_str())
+                })
+        })
+    };
+    let current = match store.get_local(&ns, &name).await {
+        Ok(guess) if meets(&guess) => guess,
+        Ok(_) => match store.get(&ns, &name).await {
+            Ok(current) => current,
+            Err(e) => return etcd_failure(e),
+        },
+        Err(e) => return etcd_failure(e),
+    };
+    let Some(current) = current else {
+        if let Some(uid) = uid {
+            return status::precondition_failed(
+                &name,
+                format!("UID in precondition: {uid}, UID in object meta: "),
+            );
+        }
+        let errors = validate(&object, &name);
+        if !errors.is_empty() {
+            return status::invalid(&name, &errors);
+        }
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        object["metadata"]["uid"] = json!(format!("{:032x}", rand::random::<u128>()));
+        return match store.create(&ns, &name, &object).await {
+            Ok(created) => store
+                .faults()
+                .after_commit()
+                .unwrap_or_else(|| (StatusCode::CREATED, Json(created)).into_response()),
+            // Created by another request since our read.
+            Err(WriteError::AlreadyExists) => status::conflict(&name),
+            Err(e) => write_failure(e, &name),
+        };
+    };
+    let stored_uid = meta_str(&current, "uid").unwrap_or_default().to_owned();
+    if let Some(uid) = uid.filter(|uid| *uid != stored_uid) {
+        return status::precondition_failed(
+            &name,
+            format!("UID in precondition: {uid}, UID in object meta: {stored_uid}"),
+        );
+    }
+    let Some(rv) = rv else {
+        let errors = [(
             "metadata.resourceVersion",
             "0x0".into(),
             "must be specified for an update",
-        ));
+        )];
+        return status::invalid(&name, &errors);
+    };
+    if meta_str(&current, "resourceVersion") != Some(rv.to_string().as_str()) {
+        return status::conflict(&name);
     }
+    let errors = validate(&object, &name);
     if !errors.is_empty() {
         return status::invalid(&name, &errors);
     }
-    let Ok(rv) = rv.parse::<i64>() else {
-        return status::bad_request(format!("invalid resourceVersion {rv:?}"));
-    };
+    object["metadata"]["uid"] = json!(stored_uid);
     match store.update(&ns, &name, rv, &object).await {
         Ok(updated) => store
             .faults()
@@ -213,8 +288,53 @@ async fn update(
     }
 }
 
-async fn remove(State(store): State<Store>, Path((ns, name)): Path<(String, String)>) -> Response {
-    match store.delete(&ns, &name).await {
+/// DELETE, with the preconditions of the body's DeleteOptions (uid,
+/// resourceVersion) checked against the stored Lease, as kube-apiserver's
+/// storage does (`storage.Preconditions.Check` in etcd3's
+/// `conditionalDelete`): 409 if one fails.
+async fn remove(
+    State(store): State<Store>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let options = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        match parse(&body) {
+            Ok(o) => o,
+            Err(r) => return r,
+        }
+    };
+    let wanted = |field: &str| {
+        options["preconditions"][field]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let current = match store.get(&ns, &name).await {
+        Ok(Some(current)) => current,
+        Ok(None) => return status::not_found(&name),
+        Err(e) => return etcd_failure(e),
+    };
+    let stored = |field: &str| meta_str(&current, field).unwrap_or_default().to_owned();
+    if let Some(uid) = wanted("uid").filter(|uid| *uid != stored("uid")) {
+        let detail = format!(
+            "UID in precondition: {uid}, UID in object meta: {}",
+            stored("uid")
+        );
+        return status::precondition_failed(&name, detail);
+    }
+    let stored_rv = stored("resourceVersion");
+    if let Some(rv) = wanted("resourceVersion").filter(|rv| *rv != stored_rv) {
+        let detail = format!(
+            "ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {stored_rv}"
+        );
+        return status::precondition_failed(&name, detail);
+    }
+    let Ok(at) = stored_rv.parse::<i64>() else {
+        return status::internal(format!("stored resourceVersion {stored_rv:?}"));
+    };
+    match store.delete(&ns, &name, at).await {
         Ok(object) => store
             .faults()
             .after_commit()

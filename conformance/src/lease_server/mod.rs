@@ -6,8 +6,9 @@
 //! `/registry/leases/<namespace>/<name>`, `resourceVersion` = the key's etcd
 //! mod revision, create = `Txn(CreateRevision == 0)`, update =
 //! `Txn(ModRevision == resourceVersion)` (409 Conflict otherwise), watch =
-//! etcd watch (ADDED / MODIFIED / DELETED / BOOKMARK, 410 Gone for a
-//! compacted resourceVersion), kube-style `Status` bodies and 422 validation.
+//! etcd watch (ADDED / MODIFIED / DELETED / BOOKMARK; from a compacted
+//! resourceVersion, 200 and one ERROR event, Status 410 Expired), kube-style
+//! `Status` bodies and 422 validation.
 //! Several instances may front one etcd, like several apiservers.
 //!
 //! Each instance runs on a thread and runtime of its own, so [`LeaseServer::kill`]
@@ -112,7 +113,10 @@ impl LeaseServer {
     }
 
     /// Write requests (create, update, delete) this instance sent to etcd,
-    /// successful or not: each is one etcd transaction.
+    /// successful or not: each is one etcd transaction. A write refused on
+    /// what the server read just before (a stale resourceVersion, a failed
+    /// precondition) never reaches etcd and is not counted, as
+    /// kube-apiserver's `GuaranteedUpdate` refuses it before writing.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
     }
@@ -128,7 +132,8 @@ impl LeaseServer {
     /// writing past it) and ends every open watch with an ERROR event, 410
     /// Gone (reason Expired), as kube-apiserver does when etcd cancels its
     /// watch for compaction. A client that watches again from the
-    /// resourceVersion it last saw is answered 410 too, and must list again.
+    /// resourceVersion it last saw gets that ERROR event too (an answer of
+    /// 200), and must list again.
     pub async fn expire_watches(&self) -> Result<(), HarnessError> {
         let client = etcd_client_for_tests(self).await?;
         compact_etcd(&client)

@@ -116,6 +116,23 @@ pub(crate) fn conflict(name: &str) -> Response {
     )
 }
 
+/// 409 Conflict: a precondition (uid, resourceVersion) that the stored
+/// object does not meet. kube-apiserver's storage fails it as an invalid
+/// object (`storage.Preconditions.Check`: "Precondition failed: UID in
+/// precondition: ..., UID in object meta: ..."), which the registry turns
+/// into a Conflict (`storeerr.InterpretUpdateError`/`InterpretDeleteError`).
+pub(crate) fn precondition_failed(name: &str, detail: String) -> Response {
+    failure(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {RESOURCE} {name:?}: Precondition failed: {detail}"
+        ),
+        Some(name),
+        vec![],
+    )
+}
+
 /// 409 AlreadyExists: a create of an existing name.
 pub(crate) fn already_exists(name: &str) -> Response {
     failure(
@@ -130,11 +147,6 @@ pub(crate) fn already_exists(name: &str) -> Response {
 /// 400 BadRequest.
 pub(crate) fn bad_request(message: String) -> Response {
     failure(StatusCode::BAD_REQUEST, "BadRequest", message, None, vec![])
-}
-
-/// 410 Gone (reason Expired): a compacted resourceVersion.
-pub(crate) fn gone(message: String) -> Response {
-    failure(StatusCode::GONE, "Expired", message, None, vec![])
 }
 
 /// 500 InternalError (etcd unreachable and the like).

@@ -150,6 +150,23 @@ impl Store {
         Ok(answer.kvs().first().map(decode_kv))
     }
 
+    /// The Lease as the etcd member reached holds it, without a quorum
+    /// round (a serializable read): what kube-apiserver's watch cache gives
+    /// `GuaranteedUpdate` as its first guess of the current state.
+    pub(crate) async fn get_local(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Value>, etcd_client::Error> {
+        let answer = sent(|| {
+            let mut kv = self.client.kv_client();
+            let options = GetOptions::new().with_serializable();
+            async move { kv.get(key(ns, name), Some(options)).await }
+        })
+        .await?;
+        Ok(answer.kvs().first().map(decode_kv))
+    }
+
     /// Every Lease of a namespace (or the one named), and the store's revision.
     pub(crate) async fn list(
         &self,
@@ -233,18 +250,51 @@ impl Store {
         Ok(decode(&encode(object), revision))
     }
 
-    /// Deletes a Lease and returns it as it was.
-    pub(crate) async fn delete(&self, ns: &str, name: &str) -> Result<Value, WriteError> {
+    /// Deletes a Lease at `resource_version` (its mod revision, read just
+    /// before) and returns it as it was: [`WriteError::Conflict`] if it
+    /// changed meanwhile.
+    pub(crate) async fn delete(
+        &self,
+        ns: &str,
+        name: &str,
+        resource_version: i64,
+    ) -> Result<Value, WriteError> {
+        let key = key(ns, name);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                resource_version,
+            )])
+            .and_then([TxnOp::delete(
+                key.as_str(),
+                Some(etcd_client::DeleteOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(key.as_str(), None)]);
         self.writes.fetch_add(1, Ordering::Relaxed);
         let answer = sent(|| {
-            let mut kv = self.client.kv_client();
-            let options = etcd_client::DeleteOptions::new().with_prev_key();
-            async move { kv.delete(key(ns, name), Some(options)).await }
+            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
         })
         .await?;
-        match answer.prev_kvs().first() {
-            Some(kv) => Ok(decode_kv(kv)),
-            None => Err(WriteError::NotFound),
+        let responses = answer.op_responses();
+        if !answer.succeeded() {
+            let exists = responses.iter().any(|op| match op {
+                TxnOpResponse::Get(get) => !get.kvs().is_empty(),
+                _ => false,
+            });
+            return Err(if exists {
+                WriteError::Conflict
+            } else {
+                WriteError::NotFound
+            });
         }
+        responses
+            .iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Delete(deleted) => deleted.prev_kvs().first().map(decode_kv),
+                _ => None,
+            })
+            .ok_or(WriteError::NotFound)
     }
 }

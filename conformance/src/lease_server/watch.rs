@@ -41,6 +41,14 @@ fn is_compacted(e: &etcd_client::Error) -> bool {
     e.to_string().contains("compacted")
 }
 
+/// A 200 watch answer that carries `event` and ends.
+fn ended_with(event: Bytes) -> Response {
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(event))
+        .expect("response")
+}
+
 pub(crate) async fn watch(
     store: Store,
     ns: String,
@@ -69,7 +77,17 @@ pub(crate) async fn watch(
             .await;
             if let Err(e) = got {
                 if is_compacted(&e) {
-                    return status::gone(format!("too old resource version: {rv}"));
+                    // kube-apiserver answers 200 and ends the watch with one
+                    // ERROR event, Status 410 Expired: the cacher's
+                    // newErrWatcher ("once we have passed authn/authz/admission,
+                    // and successfully parsed a resource version, we should
+                    // treat all other errors as terminal watch errors and not
+                    // an HTTP error response"), and without the cache the
+                    // etcd3 watcher, which sends the compaction as an error
+                    // event (staging/src/k8s.io/apiserver/pkg/storage/cacher/
+                    // cacher.go, .../storage/etcd3/watcher.go).
+                    let message = format!("too old resource version: {rv}");
+                    return ended_with(line("ERROR", &expired(message)));
                 }
                 if !e.to_string().contains("future revision") {
                     return status::internal(format!("etcd: {e}"));

@@ -53,14 +53,15 @@ pub(crate) enum Change {
 /// A failed watch or list: the error, and how long the server asked us to
 /// stay away (`Retry-After`, or a Status's `details.retryAfterSeconds`).
 pub(crate) struct Failure {
-    error: kube::Error,
+    // Boxed: a Result carrying it stays small.
+    error: Box<kube::Error>,
     retry_after: Option<Duration>,
 }
 
 impl From<kube::Error> for Failure {
     fn from(error: kube::Error) -> Self {
         Failure {
-            error,
+            error: Box::new(error),
             retry_after: None,
         }
     }
@@ -69,11 +70,11 @@ impl From<kube::Error> for Failure {
 impl Failure {
     /// 410 Gone / Expired: the history after the resourceVersion is gone.
     fn is_expired(&self) -> bool {
-        matches!(&self.error, kube::Error::Api(e) if e.code == 410)
+        matches!(&*self.error, kube::Error::Api(e) if e.code == 410)
     }
 
     fn is_forbidden(&self) -> bool {
-        matches!(&self.error, kube::Error::Api(e) if e.code == 403)
+        matches!(&*self.error, kube::Error::Api(e) if e.code == 403)
     }
 
     /// A failure read from a `Status` object (an error answer's body, or a
@@ -90,12 +91,12 @@ impl Failure {
             .filter(|s| *s > 0)
             .map(Duration::from_secs);
         Failure {
-            error: kube::Error::Api(ErrorResponse {
+            error: Box::new(kube::Error::Api(ErrorResponse {
                 status: text("status"),
                 message: text("message"),
                 reason: text("reason"),
                 code,
-            }),
+            })),
             retry_after: asked.max(header),
         }
     }
@@ -106,12 +107,12 @@ impl Failure {
             Ok(status) if status.is_object() => Failure::from_status(&status, code, header),
             // Not a Status: API Priority and Fairness answers its 429 as text.
             _ => Failure {
-                error: kube::Error::Api(ErrorResponse {
+                error: Box::new(kube::Error::Api(ErrorResponse {
                     status: "Failure".to_owned(),
                     message: String::from_utf8_lossy(body).trim().to_owned(),
                     reason: String::new(),
                     code,
-                }),
+                })),
                 retry_after: header,
             },
         }
@@ -276,7 +277,7 @@ impl Retry {
 /// What a list after a 410 found.
 enum Relisted {
     /// The Lease changed since the resourceVersion (or is gone).
-    Changed(Option<Lease>),
+    Changed(Option<Box<Lease>>),
     /// Unchanged: a watch from the list's resourceVersion.
     Watching(Events),
 }
@@ -331,7 +332,7 @@ impl Target {
                 })?;
                 Ok(Relisted::Watching(self.start(&from).await?))
             }
-            _ => Ok(Relisted::Changed(current)),
+            _ => Ok(Relisted::Changed(current.map(Box::new))),
         }
     }
 }
@@ -451,7 +452,7 @@ impl LeaseWatch {
                 match self.target.relist(resource_version).await {
                     Ok(Relisted::Changed(now)) => {
                         self.retry.succeeded(&self.name);
-                        return (Change::Seen(now.map(Box::new)), None);
+                        return (Change::Seen(now), None);
                     }
                     Ok(Relisted::Watching(stream)) => stream,
                     Err(failure) => return self.failed("list", failure).await,
@@ -485,7 +486,7 @@ impl LeaseWatch {
                     match self.target.relist(resource_version).await {
                         Ok(Relisted::Changed(now)) => {
                             self.retry.succeeded(&self.name);
-                            return (Change::Seen(now.map(Box::new)), None);
+                            return (Change::Seen(now), None);
                         }
                         Ok(Relisted::Watching(from_list)) => stream = from_list,
                         Err(failure) => return self.failed("list", failure).await,
