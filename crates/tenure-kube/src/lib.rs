@@ -213,7 +213,7 @@ impl KubeLeaseBackend {
         // The Lease as the last watch event (or our own create) showed it,
         // if that is all we need.
         let mut delivered: Option<Option<KubeLease>> = None;
-        let mut watch = observe::LeaseWatch::new(self.api.clone(), name);
+        let mut watch = observe::LeaseWatch::new(self.api.clone(), name).telling(candidacy);
         // A waiting candidate waits through an apiserver's transient errors
         // (a 500 while its etcd restarts, a 429, a broken connection),
         // reading again with back-off: waiting is its job.

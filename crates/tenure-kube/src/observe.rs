@@ -18,6 +18,7 @@ use kube::core::ObjectList;
 use kube::error::ErrorResponse;
 use kube::{Api, Client};
 use serde_json::Value;
+use tenure_core::Candidacy;
 use tokio::time::Instant;
 
 /// When this process first saw each Lease's current resourceVersion.
@@ -239,7 +240,13 @@ impl Retry {
 
     /// The delay before the next try after `failure` of `what`; says so at
     /// WARN once failures persist, at most once a minute.
-    fn failed(&mut self, name: &str, what: &'static str, failure: &Failure) -> Duration {
+    fn failed(
+        &mut self,
+        name: &str,
+        what: &'static str,
+        failure: &Failure,
+        tell: Option<&Candidacy>,
+    ) -> Duration {
         let cap = RETRY_MIN
             .saturating_mul(1 << self.attempt.min(10))
             .min(RETRY_MAX);
@@ -267,6 +274,17 @@ impl Retry {
                 retry_in = ?delay,
                 "the Lease's {what} keeps failing; reading it after each back-off instead{hint}"
             );
+            if let Some(candidacy) = tell {
+                candidacy.warning(
+                    "watch",
+                    format!(
+                        "the Lease {name}'s {what} failed {} times in {:?} ({error}); reading it \
+                         after each back-off instead{hint}",
+                        self.failures,
+                        since.elapsed()
+                    ),
+                );
+            }
         } else {
             tracing::debug!(lease = name, %error, retry_in = ?delay, "the Lease's {what} failed");
         }
@@ -358,6 +376,8 @@ pub(crate) struct LeaseWatch {
     /// A watch [`open`](Self::open) could not start, from that resourceVersion.
     refused: Option<(String, Failure)>,
     retry: Retry,
+    /// Whose health hears of failures that persist (a waiting candidate's).
+    tell: Option<Candidacy>,
 }
 
 impl LeaseWatch {
@@ -372,7 +392,15 @@ impl LeaseWatch {
             open: None,
             refused: None,
             retry: Retry::default(),
+            tell: None,
         }
+    }
+
+    /// The same watch, its persisting failures also told to `candidacy`'s
+    /// owner ([`Candidacy::warning`]: an Elector counts them in its health).
+    pub(crate) fn telling(mut self, candidacy: &Candidacy) -> LeaseWatch {
+        self.tell = Some(candidacy.clone());
+        self
     }
 
     /// Whether a watch is open and its last event was at `resource_version`.
@@ -404,7 +432,9 @@ impl LeaseWatch {
         what: &'static str,
         failure: Failure,
     ) -> (Change, Option<(String, Events)>) {
-        let delay = self.retry.failed(&self.name, what, &failure);
+        let delay = self
+            .retry
+            .failed(&self.name, what, &failure, self.tell.as_ref());
         tokio::time::sleep(delay).await;
         (Change::Unknown, None)
     }

@@ -15,7 +15,7 @@ use kube::Api;
 use tenure_conformance::harness::wait_for;
 use tenure_conformance::lease_server::Requests;
 use tenure_conformance::{Link, LinkFault};
-use tenure_core::{AcquireMode, Acquisition, FencingToken, LeaseBackend};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, FencingToken, LeaseBackend};
 use tenure_kube::KubeLeaseBackend;
 use tokio::time::{timeout, Instant};
 
@@ -708,7 +708,7 @@ async fn free(raw: &Api<Lease>, name: &str) {
 async fn served_while_waiting(
     env: &Env,
     b: &Arc<KubeLeaseBackend>,
-    name: &str,
+    wants: Candidacy,
     window: Duration,
 ) -> (
     u64,
@@ -716,7 +716,7 @@ async fn served_while_waiting(
 ) {
     let before = env.server.served();
     let waiting = tokio::spawn({
-        let (b, wants) = (b.clone(), candidacy(name, "b"));
+        let b = b.clone();
         async move {
             let granted = b.acquire(&wants, AcquireMode::Wait).await;
             (granted, Instant::now())
@@ -738,8 +738,13 @@ async fn a_waiter_on_a_compacted_idle_lease_lists_once_and_waits_quietly() {
     let env = env().await;
     let raw = held_by_an_idle_peer_and_compacted(&env, "compacted-idle").await;
     let b = env.backend().await;
-    let (served, waiting) =
-        served_while_waiting(&env, &b, "compacted-idle", Duration::from_millis(600)).await;
+    let (served, waiting) = served_while_waiting(
+        &env,
+        &b,
+        candidacy("compacted-idle", "b"),
+        Duration::from_millis(600),
+    )
+    .await;
     eprintln!("a waiter on a compacted idle Lease: {served} requests in 600 ms");
     assert!(
         served <= 4,
@@ -775,13 +780,25 @@ async fn a_waiter_whose_watch_is_forbidden_backs_off() {
         .unwrap();
     env.server.refuse(Requests::Watch, 403, None);
     let b = env.backend().await;
+    // Failures that persist are told to the candidacy's owner (an Elector
+    // counts them in its health).
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let wants = {
+        let told = told.clone();
+        candidacy("no-watch", "b").with_warnings(move |w| told.lock().unwrap().push(w))
+    };
     let (served, waiting) =
-        served_while_waiting(&env, &b, "no-watch", Duration::from_millis(1500)).await;
+        served_while_waiting(&env, &b, wants, Duration::from_millis(1500)).await;
     waiting.abort();
     eprintln!("a waiter whose watch is forbidden: {served} requests in 1.5 s");
     assert!(
         served <= 18,
         "a waiter whose watch is forbidden made {served} requests in 1.5 s"
+    );
+    let told = told.lock().unwrap();
+    assert!(
+        told.len() == 1 && told[0].operation == "watch" && told[0].message.contains("list, watch"),
+        "a waiter whose watch kept being forbidden told its owner {told:?}"
     );
 }
 
@@ -800,7 +817,7 @@ async fn a_waiter_answered_429_stays_away_for_its_retry_after() {
         .refuse(Requests::Watch, 429, Some(Duration::from_secs(1)));
     let b = env.backend().await;
     let (served, waiting) =
-        served_while_waiting(&env, &b, "shed", Duration::from_millis(900)).await;
+        served_while_waiting(&env, &b, candidacy("shed", "b"), Duration::from_millis(900)).await;
     waiting.abort();
     eprintln!("a waiter answered 429 with Retry-After 1: {served} requests in 900 ms");
     assert!(
@@ -822,8 +839,13 @@ async fn a_waiter_whose_list_is_forbidden_backs_off() {
     held_by_an_idle_peer_and_compacted(&env, "no-list").await;
     env.server.refuse(Requests::List, 403, None);
     let b = env.backend().await;
-    let (served, waiting) =
-        served_while_waiting(&env, &b, "no-list", Duration::from_millis(1500)).await;
+    let (served, waiting) = served_while_waiting(
+        &env,
+        &b,
+        candidacy("no-list", "b"),
+        Duration::from_millis(1500),
+    )
+    .await;
     waiting.abort();
     eprintln!("a waiter whose list is forbidden: {served} requests in 1.5 s");
     assert!(
