@@ -12,6 +12,7 @@ use tenure_conformance::{Link, LinkFault, ProxyLink};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaseBackend,
 };
+use tenure_redis::redis::aio::MultiplexedConnection;
 use tenure_redis::{redlock_drift, RedlockBackend, RedlockOptions};
 use tokio::time::Instant;
 
@@ -57,10 +58,8 @@ fn candidacy(key: &str, who: &str, ttl: Duration) -> Candidacy {
 /// Whether any master stores the key.
 async fn stored_anywhere(cluster: &Cluster, key: &str) -> bool {
     let stored = format!("{}{key}", RedlockOptions::default().key_prefix);
-    for node in cluster.nodes() {
-        let client =
-            tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for i in 0..cluster.nodes().len() {
+        let mut c = admin(cluster, i).await;
         let n: u64 = tenure_redis::redis::cmd("EXISTS")
             .arg(&stored)
             .query_async(&mut c)
@@ -247,11 +246,16 @@ async fn redlock_on_three_masters() {
 /// Runs `cmd` on master `i` directly, as an operator (or a restart that
 /// lost the key) would.
 async fn on_master(cluster: &Cluster, i: usize, cmd: &tenure_redis::redis::Cmd) -> i64 {
+    let mut c = admin(cluster, i).await;
+    cmd.query_async(&mut c).await.unwrap()
+}
+
+/// A connection of our own (no fault proxy) to master `i`.
+async fn admin(cluster: &Cluster, i: usize) -> MultiplexedConnection {
     let node = &cluster.nodes()[i];
     let client =
         tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    cmd.query_async(&mut c).await.unwrap()
+    client.get_multiplexed_async_connection().await.unwrap()
 }
 
 /// Makes the key vanish on master `i` (a master restarted empty, an
@@ -342,10 +346,7 @@ async fn an_orphan_key_on_the_first_master_alone_does_not_block_a_campaign() {
         .arg("PX")
         .arg(30_000);
     let _: () = {
-        let node = &t.cluster.nodes()[0];
-        let client =
-            tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let mut c = admin(&t.cluster, 0).await;
         set.query_async(&mut c).await.unwrap()
     };
     let started = Instant::now();
@@ -374,8 +375,7 @@ async fn a_user_limited_to_the_key_prefix_can_connect_and_campaign() {
         .await
         .expect("a redis master");
     let node = &cluster.nodes()[0];
-    let admin = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
-    let mut c = admin.get_multiplexed_async_connection().await.unwrap();
+    let mut c = admin(&cluster, 0).await;
     let _: () = tenure_redis::redis::cmd("ACL")
         .arg("SETUSER")
         .arg("jobs")
@@ -433,8 +433,7 @@ async fn a_key_that_never_expires_is_waited_on_without_spinning() {
         .await
         .expect("a redis master");
     let node = &cluster.nodes()[0];
-    let admin = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint())).unwrap();
-    let mut c = admin.get_multiplexed_async_connection().await.unwrap();
+    let mut c = admin(&cluster, 0).await;
     let stored = format!("{}forever", RedlockOptions::default().key_prefix);
     let _: () = tenure_redis::redis::cmd("SET")
         .arg(&stored)
