@@ -20,6 +20,7 @@ pub mod factory;
 pub mod link;
 mod macros;
 pub mod memory;
+pub mod planted;
 pub mod process;
 pub mod report;
 #[cfg(feature = "harness")]

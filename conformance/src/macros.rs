@@ -12,6 +12,7 @@ macro_rules! __cases {
             release_after_cancelled_renew_frees_at_once,
             stale_release_leaves_new_holder_in_place,
             deadline_counts_from_send_under_delayed_answers,
+            deadline_ends_before_the_servers_expiry,
             renew_extends,
             renew_after_expiry_is_lease_lost,
             expiry_after_ttl_not_before,

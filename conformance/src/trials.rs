@@ -107,6 +107,16 @@ impl Target {
         self
     }
 
+    /// Also runs, as trials of their own (`<group>::planted::<bug>`), the
+    /// client-side `bugs` of [`planted`](crate::planted) over this
+    /// deployment's clients ([`Planted::ALL`](crate::planted::Planted::ALL),
+    /// less those that are no bug on these servers): each trial passes when
+    /// the case written for its bug fails on it, as it must.
+    pub fn with_planted_bugs(mut self, bugs: &[crate::planted::Planted]) -> Target {
+        self.trials.extend(bugs.iter().map(|bug| bug.trial()));
+        self
+    }
+
     /// Skips every case of this deployment, with `why` (a deployment that
     /// cannot be had here); nothing is started.
     pub fn unavailable(mut self, why: impl Into<String>) -> Target {

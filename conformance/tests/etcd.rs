@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 use tenure_conformance::harness::{Cluster, EtcdAuth, EtcdTokens, ServerStats, Topology};
+use tenure_conformance::planted::Planted;
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
     ServerFaults, Target,
@@ -270,15 +271,17 @@ fn main() -> std::process::ExitCode {
             .try_init();
     }
     tenure_conformance::run_targets(vec![
-        Target::new("single", || EtcdFactory::start(1, "etcd-1node")).expect_skips(&[
-            ANY_KEY,
-            "server_node_killed_leader_survives_or_fails_over",
-            "holders_server_node_paused_longer_than_ttl",
-            "servers_leader_paused_longer_than_ttl",
-            CUT_OFF,
-            OBSERVER_CUT_OFF,
-            SHRUNK,
-        ]),
+        Target::new("single", || EtcdFactory::start(1, "etcd-1node"))
+            .expect_skips(&[
+                ANY_KEY,
+                "server_node_killed_leader_survives_or_fails_over",
+                "holders_server_node_paused_longer_than_ttl",
+                "servers_leader_paused_longer_than_ttl",
+                CUT_OFF,
+                OBSERVER_CUT_OFF,
+                SHRUNK,
+            ])
+            .with_planted_bugs(Planted::ALL),
         Target::new("three", || EtcdFactory::start(3, "etcd-3node"))
             .expect_skips(&[ANY_KEY, SHRUNK])
             .expect_broken(&[STALLED_LEADER]),

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_conformance::planted::Planted;
 use tenure_conformance::trials::Trial;
 use tenure_conformance::{async_trial, suite, BackendFactory, MemoryFactory, Outcome, Target};
 use tenure_core::{Capabilities, KeyRule};
@@ -16,6 +17,7 @@ fn main() -> std::process::ExitCode {
             as Arc<dyn BackendFactory>
     })
     .with_core_cases()
+    .with_planted_bugs(Planted::ALL)
     // The default memory backend stores every valid key; the strict one
     // below refuses keys off its rule.
     .expect_skips(&["key_breaking_backend_rule_is_invalid_argument"]);
@@ -37,7 +39,8 @@ fn tests() -> Vec<Trial> {
         strict_memory_backend_refuses_every_bad_input,
         run_all_reports_every_case_in_order,
         candidate_process_leads_loses_when_frozen_and_dies_by_sigkill,
-        candidate_process_refuses_unknown_backend_url;
+        candidate_process_refuses_unknown_backend_url,
+        a_deadline_from_a_later_request_passes_the_delayed_answers_case;
         mutants:
         stuck_tokens_fail_tokens_strictly_increase_and_let_stale_writes_in,
         late_deadline_is_an_overlap_in_the_partition_case,
@@ -212,4 +215,18 @@ async fn candidate_process_refuses_unknown_backend_url() {
 
 fn libc_sigkill() -> i32 {
     9
+}
+
+/// The bug that `deadline_ends_before_the_servers_expiry` was written for
+/// (the `planted::deadline_from_last_request` trial shows it catches it)
+/// passes the older delayed-answers case, whose bound is the last request
+/// the holder's link forwarded: the reason the newer case exists.
+async fn a_deadline_from_a_later_request_passes_the_delayed_answers_case() {
+    use tenure_conformance::planted::{Planted, PlantedFactory};
+    let f = PlantedFactory::over(
+        Arc::new(MemoryFactory::new()),
+        Planted::DeadlineFromLastRequest,
+    );
+    let report = suite::deadline_counts_from_send_under_delayed_answers(f).await;
+    assert_eq!(report.outcome, Outcome::Pass, "{report:#?}");
 }

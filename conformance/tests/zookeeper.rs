@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_conformance::harness::{wait_for, Cluster, Topology};
+use tenure_conformance::planted::Planted;
 use tenure_conformance::taps::ZooKeeperMessages;
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
@@ -296,15 +297,24 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 
 fn main() -> std::process::ExitCode {
     tenure_conformance::run_targets(vec![
-        Target::new("single", || ZooKeeperFactory::start(1, "zookeeper-1node")).expect_skips(&[
-            "server_node_killed_leader_survives_or_fails_over",
-            "holders_server_node_paused_longer_than_ttl",
-            "servers_leader_paused_longer_than_ttl",
-            "standby_sees_failover_when_its_node_is_cut_off",
-            "observer_sees_failover_when_its_node_is_cut_off",
-            SHRUNK,
-            NO_HISTORY,
-        ]),
+        Target::new("single", || ZooKeeperFactory::start(1, "zookeeper-1node"))
+            .expect_skips(&[
+                "server_node_killed_leader_survives_or_fails_over",
+                "holders_server_node_paused_longer_than_ttl",
+                "servers_leader_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
+                SHRUNK,
+                NO_HISTORY,
+            ])
+            // Not the two deadline bugs. Every message of a session extends
+            // it on the servers, so a deadline counted from a grant's later
+            // request is no bug on ZooKeeper; and one counted from the
+            // answer, though a bug, is hidden from both deadline cases by the
+            // session's pings (sent while the answer is held back, each one
+            // starting the session's timeout again on the servers) and by the
+            // servers expiring sessions only at a tick. etcd and memory run them.
+            .with_planted_bugs(&[Planted::ReleaseByName, Planted::DeadlineTooLate]),
         Target::new("three", || ZooKeeperFactory::start(3, "zookeeper-3node"))
             .expect_skips(&[NO_HISTORY]),
     ])

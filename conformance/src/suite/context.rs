@@ -13,6 +13,9 @@ use super::safety::{FencedStore, SafetyRecorder};
 use crate::factory::{BackendFactory, Client, Timing};
 use crate::report::{Expect, Figures, Property, Violation};
 
+/// Cases begun in this process, for their keys' tags.
+static CASES_BEGUN: AtomicU64 = AtomicU64::new(0);
+
 /// Why a case stopped early.
 #[derive(Debug)]
 pub enum Failure {
@@ -94,7 +97,14 @@ impl Cx {
             store: FencedStore::default(),
             log: Mutex::default(),
             seq: AtomicU64::new(0),
-            tag: format!("{:x}{:x}", std::process::id(), millis % (1 << 40)),
+            // The process, the time and a count of the cases begun: keys stay
+            // apart even for two runs of one case begun in the same millisecond.
+            tag: format!(
+                "{:x}{:x}{:x}",
+                std::process::id(),
+                millis % (1 << 40),
+                CASES_BEGUN.fetch_add(1, Ordering::Relaxed)
+            ),
         }))
     }
 

@@ -8,6 +8,7 @@ mod cutoff;
 mod deadline;
 mod dropped;
 mod elector;
+mod expiry;
 mod faults;
 mod handover;
 mod herd;
@@ -48,6 +49,7 @@ pub use elector::{
     crashed_leader_taken_over_after_ttl, partitioned_leader_steps_down_before_anyone_else_leads,
     resign_hands_over_at_once,
 };
+pub use expiry::deadline_ends_before_the_servers_expiry;
 pub use faults::RECOVERY;
 pub use handover::{handover_p50_over_repeated_resignations, HANDOVERS, WARMUP};
 pub use herd::{herd_writes_per_leadership_change, HERD};
