@@ -343,7 +343,10 @@ pub trait BackendFactory: Send + Sync + 'static {
     /// etcd writes past its current revision and compacts there (its open,
     /// caught-up watches go on); the Lease test server does the same to its
     /// etcd and ends every open watch with 410 Gone, as kube-apiserver does
-    /// when etcd cancels a watch for compaction. `None` (the default) where
+    /// when etcd cancels a watch for compaction. Where it ends watches, it
+    /// returns once their clients have watched again (or have had a few
+    /// seconds to), so that a case need not wait blindly for them. `None`
+    /// (the default) where
     /// the servers keep no such history or the factory cannot compact it:
     /// the case that needs it is skipped.
     async fn compact_history(&self) -> Option<Result<()>> {

@@ -36,6 +36,10 @@ pub use kubeconfig::{kube_config_for, kube_url, kubeconfig_yaml, KubeconfigFile}
 /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long [`LeaseServer::expire_watches`] waits for the clients it told
+/// to watch again.
+pub const REWATCH_LIMIT: Duration = Duration::from_secs(5);
+
 struct Running {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -58,7 +62,7 @@ pub struct LeaseServer {
     addr: SocketAddr,
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
-    expired: Arc<tokio::sync::watch::Sender<u64>>,
+    expired: Arc<store::Expiries>,
     faults: Arc<faults::Faults>,
     running: Mutex<Option<Running>>,
 }
@@ -78,7 +82,7 @@ impl LeaseServer {
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
         let writes = Arc::new(AtomicU64::new(0));
         let served = Arc::new(AtomicU64::new(0));
-        let expired = Arc::new(tokio::sync::watch::Sender::new(0));
+        let expired = Arc::new(store::Expiries::default());
         let faults = Arc::new(faults::Faults::default());
         let (running, addr) = run(
             endpoints.clone(),
@@ -134,13 +138,25 @@ impl LeaseServer {
     /// watch for compaction. A client that watches again from the
     /// resourceVersion it last saw gets that ERROR event too (an answer of
     /// 200), and must list again.
-    pub async fn expire_watches(&self) -> Result<(), HarnessError> {
+    ///
+    /// Returns once as many watches are open again as were open before (each
+    /// client that was told watched again, having listed), or after
+    /// [`REWATCH_LIMIT`], whichever comes first: the number still missing
+    /// then.
+    pub async fn expire_watches(&self) -> Result<usize, HarnessError> {
         let client = etcd_client_for_tests(self).await?;
         compact_etcd(&client)
             .await
             .map_err(|e| HarnessError::Protocol(e.to_string()))?;
-        self.expired.send_modify(|generation| *generation += 1);
-        Ok(())
+        let before = self.expired.expire();
+        let give_up = tokio::time::Instant::now() + REWATCH_LIMIT;
+        loop {
+            let open = self.expired.open_now();
+            if open >= before || tokio::time::Instant::now() >= give_up {
+                return Ok(before.saturating_sub(open));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// The next write (create, update or delete) is committed to etcd, then
@@ -217,7 +233,7 @@ impl LeaseServer {
 struct Counters {
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
-    expired: Arc<tokio::sync::watch::Sender<u64>>,
+    expired: Arc<store::Expiries>,
     faults: Arc<faults::Faults>,
 }
 

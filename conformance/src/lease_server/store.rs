@@ -34,7 +34,7 @@ pub(crate) struct Store {
     client: Client,
     writes: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
-    expired: Arc<tokio::sync::watch::Sender<u64>>,
+    expired: Arc<Expiries>,
     faults: Arc<Faults>,
 }
 
@@ -100,12 +100,58 @@ where
     }
 }
 
+/// When open watches are to end with 410 Gone (a generation, bumped each
+/// time), and how many watches are open in each generation: those of the
+/// current one were opened since the last bump and are not to end.
+#[derive(Debug, Default)]
+pub(crate) struct Expiries {
+    generation: tokio::sync::watch::Sender<u64>,
+    open: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
+}
+
+impl Expiries {
+    fn open(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, usize>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watches open in the current generation.
+    pub(crate) fn open_now(&self) -> usize {
+        let generation = *self.generation.borrow();
+        self.open().get(&generation).copied().unwrap_or(0)
+    }
+
+    /// Ends every open watch; returns how many were open.
+    pub(crate) fn expire(&self) -> usize {
+        let before = self.open_now();
+        self.generation.send_modify(|generation| *generation += 1);
+        before
+    }
+}
+
+/// A watch counted in [`Expiries`] while it is open.
+pub(crate) struct OpenWatch {
+    expiries: Arc<Expiries>,
+    generation: u64,
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        let mut open = self.expiries.open();
+        if let Some(n) = open.get_mut(&self.generation) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.generation);
+            }
+        }
+    }
+}
+
 impl Store {
     pub(crate) fn new(
         client: Client,
         writes: Arc<AtomicU64>,
         served: Arc<AtomicU64>,
-        expired: Arc<tokio::sync::watch::Sender<u64>>,
+        expired: Arc<Expiries>,
         faults: Arc<Faults>,
     ) -> Store {
         Store {
@@ -125,7 +171,18 @@ impl Store {
     /// Changes when every open watch is to end with 410 Gone
     /// ([`LeaseServer::expire_watches`](super::LeaseServer::expire_watches)).
     pub(crate) fn expiries(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.expired.subscribe()
+        self.expired.generation.subscribe()
+    }
+
+    /// A watch opened (after subscribing to `expiries`), counted until the
+    /// guard drops.
+    pub(crate) fn watch_opened(&self, expiries: &tokio::sync::watch::Receiver<u64>) -> OpenWatch {
+        let generation = *expiries.borrow();
+        *self.expired.open().entry(generation).or_default() += 1;
+        OpenWatch {
+            expiries: self.expired.clone(),
+            generation,
+        }
     }
 
     /// Counts one HTTP request answered or one watch event sent.

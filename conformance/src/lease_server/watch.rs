@@ -122,7 +122,9 @@ pub(crate) async fn watch(
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let events = store.clone();
     let mut expiries = store.expiries();
+    let open = store.watch_opened(&expiries);
     tokio::spawn(async move {
+        let _open = open;
         for line in initial {
             if tx.send(line).await.is_err() {
                 return;

@@ -144,6 +144,8 @@ pub struct Shared {
     versions: Mutex<HashMap<u64, Instant>>,
     /// Told when the servers' history is compacted (`WaitLostOnCompaction`).
     compacted: tokio::sync::watch::Sender<u64>,
+    /// How many waiters heard of a compaction (`WaitLostOnCompaction`).
+    heard_compaction: AtomicU64,
     /// The server nodes that keep their clients' watches silent now
     /// (`ObserverTrustsItsWatch`).
     silent: Arc<tokio::sync::watch::Sender<Silent>>,
@@ -429,7 +431,10 @@ impl LeaseBackend for Mutant {
                 let mut compacted = self.shared.compacted.subscribe();
                 tokio::select! {
                     granted = self.inner.acquire(&on_server, AcquireMode::Wait) => break granted?,
-                    _ = compacted.changed() => tokio::time::sleep(on_server.ttl()).await,
+                    _ = compacted.changed() => {
+                        self.shared.heard_compaction.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(on_server.ttl()).await
+                    }
                 }
             },
             (Bug::WaitersToldEveryChange, AcquireMode::Wait) => {
@@ -778,7 +783,18 @@ impl BackendFactory for MutantFactory {
         Some(Ok(()))
     }
     async fn compact_history(&self) -> Option<Result<()>> {
-        self.parts.shared.compacted.send_modify(|n| *n += 1);
+        // As a factory whose compaction ends watches must, return once the
+        // waiters it ended have heard of it (at most a second).
+        let shared = &self.parts.shared;
+        let told = shared.compacted.receiver_count() as u64;
+        let heard = shared.heard_compaction.load(Ordering::SeqCst);
+        shared.compacted.send_modify(|n| *n += 1);
+        let give_up = Instant::now() + Duration::from_secs(1);
+        while shared.heard_compaction.load(Ordering::SeqCst) < heard + told
+            && Instant::now() < give_up
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         self.parts.memory.compact_history().await
     }
     fn servers(&self) -> Option<&dyn ServerFaults> {
