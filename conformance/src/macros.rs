@@ -48,6 +48,9 @@ macro_rules! __cases {
             cluster_restart_tokens_keep_increasing,
             paused_candidate_loses_and_its_write_is_refused,
             killed_candidate_taken_over_within_ttl_plus_1s,
+            racing_single_attempts_grant_exactly_one,
+            racing_standbys_after_expiry_grant_one_at_a_time,
+            ttl_above_backend_maximum_is_invalid_argument,
         ] }
     };
 }

@@ -20,7 +20,9 @@ fn main() -> std::process::ExitCode {
     .with_planted_bugs(Planted::ALL)
     // The default memory backend stores every valid key; the strict one
     // below refuses keys off its rule.
-    .expect_skips(&["key_breaking_backend_rule_is_invalid_argument"]);
+    .expect_skips(&["key_breaking_backend_rule_is_invalid_argument"])
+    // Nor has it a maximum TTL; the mutants' control declares one.
+    .expect_skips(&["ttl_above_backend_maximum_is_invalid_argument"]);
     tenure_conformance::run_targets_with(vec![memory], tests())
 }
 
@@ -85,6 +87,12 @@ fn tests() -> Vec<Trial> {
         a_late_deadline_lets_a_frozen_candidate_process_overlap_its_successor,
         late_expiry_fails_killed_candidate_taken_over_within_ttl_plus_1s,
         a_declared_exclusive_gap_does_not_excuse_a_split_brain,
+        a_check_then_set_acquire_fails_racing_single_attempts_grant_exactly_one,
+        a_check_then_set_acquire_fails_racing_standbys_after_expiry_grant_one_at_a_time,
+        a_release_that_takes_nested_keys_fails_nested_keys_are_independent,
+        a_watch_that_takes_nested_keys_fails_nested_keys_are_independent,
+        an_unenforced_max_ttl_fails_ttl_above_backend_maximum_is_invalid_argument,
+        a_request_before_refusing_fails_the_input_cases_on_requests,
     )
 }
 

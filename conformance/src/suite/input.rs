@@ -30,6 +30,17 @@ fn rejected<T: std::fmt::Debug>(
     })
 }
 
+/// The servers' counters before bad input is given: writes, and requests
+/// of any kind (reads and watches opened too: "before anything is sent"),
+/// where the factory counts them.
+struct Before {
+    writes: Option<u64>,
+    requests: Option<u64>,
+    /// What reading the request counter itself costs (a Redis `INFO` is a
+    /// command of its own): measured as two readings back to back.
+    reading: u64,
+}
+
 /// Server writes now, where the factory can count them.
 async fn writes(cx: &Cx) -> Step<Option<u64>> {
     cx.factory()
@@ -39,9 +50,49 @@ async fn writes(cx: &Cx) -> Step<Option<u64>> {
         .ctx("reading the write counter")
 }
 
-/// Proves the bad calls wrote nothing: the counter did not move and `key` is unknown.
-async fn nothing_written(cx: &Cx, before: Option<u64>, key: Option<&ElectionKey>) -> Step {
+/// Server requests now, where the factory can count them.
+async fn requests(cx: &Cx) -> Step<Option<u64>> {
+    cx.factory()
+        .server_requests()
+        .await
+        .transpose()
+        .ctx("reading the request counter")
+}
+
+/// Reads the counters; the request counter last, twice, so that nothing
+/// but the bad calls lies between its second reading and the next.
+async fn counters(cx: &Cx) -> Step<Before> {
+    let writes = writes(cx).await?;
+    let first = requests(cx).await?;
+    let requests = requests(cx).await?;
+    let reading = first.zip(requests).map_or(0, |(a, b)| b.saturating_sub(a));
+    Ok(Before {
+        writes,
+        requests,
+        reading,
+    })
+}
+
+/// Proves the bad calls sent nothing: the request counter moved by no more
+/// than one reading of it costs, the write counter did not move, and `key`
+/// is unknown. A factory without a request counter (a real Kubernetes
+/// cluster) is checked on writes alone, and the report says so.
+async fn nothing_written(cx: &Cx, before: Before, key: Option<&ElectionKey>) -> Step {
+    let after = requests(cx).await?;
+    match (before.requests, after) {
+        (Some(b), Some(a)) => {
+            let sent = a.saturating_sub(b).saturating_sub(before.reading);
+            cx.check(Property::Contract, sent == 0, || {
+                format!(
+                    "the servers served {sent} requests for refused input (their counter went from {b} to {a}, {} of that the counter's own reading)",
+                    before.reading
+                )
+            })?;
+        }
+        _ => cx.note("requests not counted: the factory has no request counter"),
+    }
     let after = writes(cx).await?;
+    let before = before.writes;
     cx.check(Property::Contract, before == after, || {
         format!("server writes went from {before:?} to {after:?}")
     })?;
@@ -59,7 +110,7 @@ async fn nothing_written(cx: &Cx, before: Option<u64>, key: Option<&ElectionKey>
 /// Both acquire modes and watch refuse a candidacy for `field`; nothing is written.
 async fn backend_refuses(cx: &Cx, candidacy: &Candidacy, field: &str) -> Step {
     let client = cx.client().await?;
-    let before = writes(cx).await?;
+    let before = counters(cx).await?;
     for mode in [AcquireMode::Once, AcquireMode::Wait] {
         let result = cx
             .within(
@@ -116,7 +167,7 @@ pub async fn empty_key_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> 
         factory,
         meta("empty_key_is_invalid_argument"),
         |cx| async move {
-            let before = writes(&cx).await?;
+            let before = counters(&cx).await?;
             rejected(&cx, "ElectionKey::new(\"\")", "key", ElectionKey::new(""))?;
             builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(""))?;
             nothing_written(&cx, before, None).await
@@ -162,7 +213,7 @@ pub async fn key_over_backend_max_len_is_invalid_argument(
         |cx| async move {
             let max = cx.caps().max_key_len;
             if max >= MAX_KEY_LEN {
-                let before = writes(&cx).await?;
+                let before = counters(&cx).await?;
                 rejected(
                     &cx,
                     "ElectionKey::new(too long)",
@@ -186,7 +237,7 @@ pub async fn ttl_zero_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> C
         factory,
         meta("ttl_zero_is_invalid_argument"),
         |cx| async move {
-            let before = writes(&cx).await?;
+            let before = counters(&cx).await?;
             rejected(
                 &cx,
                 "Candidacy::new(ttl 0)",
@@ -222,6 +273,31 @@ pub async fn ttl_below_backend_minimum_is_invalid_argument(
     .await
 }
 
+/// A TTL above the backend's maximum (`Capabilities::max_ttl`: a ZooKeeper
+/// lease is its session, whose timeout the client fixed) is refused before
+/// anything is sent, by the backend and by the Elector builder. The TTL
+/// tried is the backend's granularity above the maximum, rounded to the
+/// granularity, so that nothing but the maximum refuses it.
+pub async fn ttl_above_backend_maximum_is_invalid_argument(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
+    run_case(
+        factory,
+        meta("ttl_above_backend_maximum_is_invalid_argument"),
+        |cx| async move {
+            let Some(max) = cx.caps().max_ttl else {
+                return Err(Failure::Skip("the backend has no maximum TTL".into()));
+            };
+            let g = cx.caps().ttl_granularity.as_nanos().max(1);
+            let ttl = Duration::from_nanos(((max.as_nanos() / g + 1) * g) as u64);
+            let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
+            backend_refuses(&cx, &candidacy, "ttl").await?;
+            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
+        },
+    )
+    .await
+}
+
 /// A TTL that is not a whole multiple of the backend's granularity is refused.
 pub async fn ttl_off_granularity_is_invalid_argument(
     factory: Arc<dyn BackendFactory>,
@@ -249,7 +325,7 @@ pub async fn empty_identity_is_invalid_argument(factory: Arc<dyn BackendFactory>
         factory,
         meta("empty_identity_is_invalid_argument"),
         |cx| async move {
-            let before = writes(&cx).await?;
+            let before = counters(&cx).await?;
             rejected(
                 &cx,
                 "CandidateId::new(\"\")",
@@ -274,7 +350,7 @@ pub async fn elector_rejects_renew_interval_not_below_ttl(
         factory,
         meta("elector_rejects_renew_interval_not_below_ttl"),
         |cx| async move {
-            let before = writes(&cx).await?;
+            let before = counters(&cx).await?;
             let backend = cx.client().await?.backend;
             let ttl = cx.ttl();
             builder_refuses(&cx, backend.clone(), "renew_interval", |b| {

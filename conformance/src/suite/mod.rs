@@ -3,6 +3,7 @@
 
 mod acquire;
 mod candidate;
+mod contention;
 mod context;
 mod cutoff;
 mod deadline;
@@ -41,6 +42,10 @@ pub use acquire::{
     dropped_waiting_acquire_leaves_no_queue_entry,
 };
 pub use candidate::{elector as elector_for, Holder, Leader, Standby};
+pub use contention::{
+    racing_single_attempts_grant_exactly_one, racing_standbys_after_expiry_grant_one_at_a_time,
+    RACERS, STANDBYS,
+};
 pub use context::{Context, Cx, Failure, Step};
 pub use cutoff::standby_sees_failover_when_its_node_is_cut_off;
 pub use deadline::deadline_counts_from_send_under_delayed_answers;
@@ -54,6 +59,7 @@ pub use faults::RECOVERY;
 pub use handover::{handover_p50_over_repeated_resignations, HANDOVERS, WARMUP};
 pub use herd::{herd_writes_per_leadership_change, HERD};
 pub use history::standby_waits_through_history_compaction;
+pub use input::ttl_above_backend_maximum_is_invalid_argument;
 pub use input::{
     elector_rejects_renew_interval_not_below_ttl, empty_identity_is_invalid_argument,
     empty_key_is_invalid_argument, key_breaking_backend_rule_is_invalid_argument,

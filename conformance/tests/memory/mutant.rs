@@ -122,6 +122,23 @@ pub enum Bug {
     /// off from its peers or frozen (its watches silent), it reports
     /// nothing, and only once the node is back the latest state.
     ObserverTrustsItsWatch,
+    /// Acquire checks, then sets: it reads the key, and if it is vacant,
+    /// a moment later writes it whoever took it meanwhile (the read and the
+    /// write are two requests, no compare-and-swap); a waiting candidate
+    /// does so each time its watch reports a vacancy. Racers both win.
+    CheckThenSet,
+    /// Release frees the key and every election nested under it (a range
+    /// delete over the key as a prefix).
+    ReleaseTakesNested,
+    /// A watch of a key also reports the changes of the elections nested
+    /// under it (`k/b`, `k.b`), as a watch over the key as a prefix does.
+    WatchTakesNested,
+    /// Declares a 1 s maximum TTL but takes any.
+    MaxTtlNotEnforced,
+    /// Declares a 1 s maximum TTL and a 63-byte key limit and refuses what
+    /// breaks them, but only after a request to the server (a look it
+    /// takes first); it writes nothing.
+    RequestBeforeRefusing,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -137,7 +154,8 @@ pub struct Shared {
     wiped_at: AtomicU64,
     /// Held keys and their holders (`NestedKeysShared`).
     held: Mutex<HashMap<String, LeaderInfo>>,
-    /// Candidates polling each key (`PollsEvery150ms`).
+    /// Candidates polling each key (`PollsEvery150ms`), or watching it for a
+    /// vacancy (`CheckThenSet`).
     polling: Mutex<HashMap<String, usize>>,
     /// The send time of the last renewal of each grant that reached the
     /// server, the lease's "version" (`CancelledRenewKeepsKey`).
@@ -400,6 +418,11 @@ impl LeaseBackend for Mutant {
             Bug::KeyRuleNotEnforced => caps.key_rule = KeyRule::Dns1123Subdomain,
             Bug::MaxKeyLenNotEnforced => caps.max_key_len = 63,
             Bug::TtlGranularityNotEnforced => caps.ttl_granularity = Duration::from_millis(100),
+            Bug::MaxTtlNotEnforced => caps.max_ttl = Some(MAX_TTL),
+            Bug::RequestBeforeRefusing => {
+                caps.max_ttl = Some(MAX_TTL);
+                caps.max_key_len = 63;
+            }
             _ => {}
         }
         caps
@@ -407,6 +430,14 @@ impl LeaseBackend for Mutant {
 
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         self.attempts.fetch_add(1, Ordering::Relaxed);
+        if self.bug == Bug::RequestBeforeRefusing {
+            drop(self.inner.watch(&lookup_key()).await?);
+            self.capabilities().check(candidacy)?;
+        }
+        if self.bug == Bug::CheckThenSet {
+            let granted = self.check_then_set(candidacy, mode).await?;
+            return Ok(self.acquisition(candidacy, granted));
+        }
         if let Some(holder) = self.nested_holder(candidacy.key()) {
             if mode == AcquireMode::Once {
                 return Ok(Acquisition::Held(holder));
@@ -490,6 +521,15 @@ impl LeaseBackend for Mutant {
                 },
             );
         }
+        if let (Bug::ReleaseTakesNested, Acquisition::Granted(lease)) = (self.bug, &granted) {
+            self.shared.held.lock().unwrap().insert(
+                lease.key().as_str().to_owned(),
+                LeaderInfo {
+                    identity: lease.holder().clone(),
+                    token: lease.token(),
+                },
+            );
+        }
         if self.bug == Bug::GrantLostInFlight {
             // The answer travels back; dropped meanwhile, the grant is lost.
             let delay = *self.answer_delay.lock().unwrap();
@@ -542,6 +582,11 @@ impl LeaseBackend for Mutant {
             .lock()
             .unwrap()
             .remove(lease.key().as_str());
+        if self.bug == Bug::ReleaseTakesNested {
+            for nested in nested_under(&self.shared, lease.key()) {
+                self.inner.expire_now(&nested);
+            }
+        }
         match self.bug {
             Bug::ReleaseByName => {
                 self.inner.expire_now(lease.key());
@@ -575,6 +620,10 @@ impl LeaseBackend for Mutant {
     }
 
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        if self.bug == Bug::RequestBeforeRefusing {
+            drop(self.inner.watch(&lookup_key()).await?);
+            self.capabilities().check_key(key)?;
+        }
         let events = self.inner.watch(key).await?;
         let skip = usize::from(self.bug == Bug::WatchSkipsCurrent);
         let mutant = self.clone();
@@ -601,7 +650,108 @@ impl LeaseBackend for Mutant {
             }
             _ => events,
         };
+        let events = match self.bug {
+            Bug::WatchTakesNested => self.with_nested_events(key, events).await?,
+            _ => events,
+        };
         Ok(futures::stream::iter(nested).chain(events).boxed())
+    }
+}
+
+/// The maximum TTL that [`Bug::MaxTtlNotEnforced`] and
+/// [`Bug::RequestBeforeRefusing`] declare (above the memory factory's 600 ms).
+const MAX_TTL: Duration = Duration::from_secs(1);
+
+/// The key a [`Bug::RequestBeforeRefusing`] client looks at first.
+fn lookup_key() -> ElectionKey {
+    ElectionKey::new("mutant.lookups").expect("a valid key")
+}
+
+/// The held keys nested under `key` (`key/..`, `key.`..), as a range over
+/// the key as a prefix finds them.
+fn nested_under(shared: &Shared, key: &ElectionKey) -> Vec<ElectionKey> {
+    shared
+        .held
+        .lock()
+        .unwrap()
+        .keys()
+        .filter(|k| {
+            k.strip_prefix(key.as_str())
+                .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('.'))
+        })
+        .filter_map(|k| ElectionKey::new(k.as_str()).ok())
+        .collect()
+}
+
+impl Mutant {
+    /// One check-then-set attempt, or (waiting) one per vacancy its watch
+    /// reports until one is granted ([`Bug::CheckThenSet`]).
+    async fn check_then_set(
+        &self,
+        candidacy: &Candidacy,
+        mode: AcquireMode,
+    ) -> Result<Acquisition> {
+        let key = candidacy.key();
+        let mut waiting = Polling {
+            shared: &self.shared,
+            key: key.as_str().to_owned(),
+            counted: false,
+        };
+        let mut events = match mode {
+            AcquireMode::Wait => Some(self.inner.watch(key).await?),
+            AcquireMode::Once => None,
+        };
+        loop {
+            // The read.
+            match self.inner.holder(key) {
+                Some(holder) => match events.as_mut() {
+                    None => return Ok(Acquisition::Held(holder)),
+                    Some(events) => {
+                        // Wait for the watch to report a vacancy, then look again.
+                        waiting.count();
+                        while let Some(event) = events.next().await {
+                            if matches!(event?, LeaderEvent::Vacant) {
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                },
+                None => {
+                    // A moment between the read and the write.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    // The write, whoever took the key meanwhile.
+                    self.inner.expire_now(key);
+                    match self.inner.acquire(candidacy, AcquireMode::Once).await? {
+                        granted @ Acquisition::Granted(_) => return Ok(granted),
+                        Acquisition::Held(holder) if events.is_none() => {
+                            return Ok(Acquisition::Held(holder))
+                        }
+                        Acquisition::Held(_) => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    /// `events` of `key`, merged with the changes of the elections nested
+    /// under it that [the suite's nested case](tenure_conformance::suite::nested_keys_are_independent)
+    /// uses (`key/b`, `key.b`), their first events (their state when the
+    /// watch began) left out ([`Bug::WatchTakesNested`]).
+    async fn with_nested_events(
+        &self,
+        key: &ElectionKey,
+        events: BoxStream<'static, Result<LeaderEvent>>,
+    ) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        let mut merged = vec![events];
+        for nested in [format!("{key}/b"), format!("{key}.b")] {
+            if let Ok(nested) = ElectionKey::new(nested) {
+                if self.inner.capabilities().check_key(&nested).is_ok() {
+                    merged.push(self.inner.watch(&nested).await?.skip(1).boxed());
+                }
+            }
+        }
+        Ok(futures::stream::select_all(merged).boxed())
     }
 }
 
@@ -767,6 +917,10 @@ impl BackendFactory for MutantFactory {
             Bug::PollsEvery150ms => {
                 let polling = self.parts.shared.polling.lock().unwrap();
                 Some(Ok(polling.get(key.as_str()).copied().unwrap_or_default()))
+            }
+            Bug::CheckThenSet => {
+                let watching = self.parts.shared.polling.lock().unwrap();
+                Some(Ok(watching.get(key.as_str()).copied().unwrap_or_default()))
             }
             _ => Some(Ok(self.server().queue_len(key))),
         }

@@ -428,3 +428,71 @@ pub async fn a_session_shrink_left_unheeded_fails_session_shrunk_on_reconnect_ho
     let partition = suite::partitioned_leader_steps_down_before_anyone_else_leads(f).await;
     assert_eq!(partition.outcome, Outcome::Pass, "{partition:#?}");
 }
+
+pub async fn a_check_then_set_acquire_fails_racing_single_attempts_grant_exactly_one() {
+    let f = MutantFactory::planted(Bug::CheckThenSet);
+    failed_on(
+        &suite::racing_single_attempts_grant_exactly_one(f).await,
+        Property::Exclusive,
+    );
+}
+
+pub async fn a_check_then_set_acquire_fails_racing_standbys_after_expiry_grant_one_at_a_time() {
+    let f = MutantFactory::planted(Bug::CheckThenSet);
+    failed_on(
+        &suite::racing_standbys_after_expiry_grant_one_at_a_time(f).await,
+        Property::Exclusive,
+    );
+}
+
+pub async fn a_release_that_takes_nested_keys_fails_nested_keys_are_independent() {
+    let f = MutantFactory::planted(Bug::ReleaseTakesNested);
+    let report = suite::nested_keys_are_independent(f).await;
+    failed_on(&report, Property::Contract);
+    assert!(
+        matches!(&report.outcome, Outcome::Fail(why) if why.contains("releasing")),
+        "failed on the release of the parent: {report:#?}"
+    );
+}
+
+pub async fn a_watch_that_takes_nested_keys_fails_nested_keys_are_independent() {
+    let f = MutantFactory::planted(Bug::WatchTakesNested);
+    let report = suite::nested_keys_are_independent(f).await;
+    failed_on(&report, Property::Contract);
+    assert!(
+        matches!(&report.outcome, Outcome::Fail(why) if why.contains("watch reported")),
+        "failed on the parent's watch: {report:#?}"
+    );
+}
+
+/// The memory backend declaring a maximum TTL (and enforcing it, as every
+/// backend's checks do) passes; the mutant declaring one and taking longer
+/// TTLs fails.
+pub async fn an_unenforced_max_ttl_fails_ttl_above_backend_maximum_is_invalid_argument() {
+    let mut caps = tenure_core::MemoryBackend::default_capabilities();
+    caps.max_ttl = Some(std::time::Duration::from_secs(1));
+    let control = std::sync::Arc::new(tenure_conformance::MemoryFactory::with_capabilities(caps));
+    let report = suite::ttl_above_backend_maximum_is_invalid_argument(control).await;
+    assert_eq!(report.outcome, Outcome::Pass, "{report:#?}");
+    let f = MutantFactory::planted(Bug::MaxTtlNotEnforced);
+    failed_on(
+        &suite::ttl_above_backend_maximum_is_invalid_argument(f).await,
+        Property::Contract,
+    );
+}
+
+/// A client that refuses bad input, writing nothing, but only after a
+/// request to the servers fails the input cases on the request count.
+pub async fn a_request_before_refusing_fails_the_input_cases_on_requests() {
+    let f = || MutantFactory::planted(Bug::RequestBeforeRefusing);
+    for report in [
+        suite::ttl_above_backend_maximum_is_invalid_argument(f()).await,
+        suite::key_over_backend_max_len_is_invalid_argument(f()).await,
+    ] {
+        failed_on(&report, Property::Contract);
+        assert!(
+            matches!(&report.outcome, Outcome::Fail(why) if why.contains("requests for refused input")),
+            "failed on the request count: {report:#?}"
+        );
+    }
+}
