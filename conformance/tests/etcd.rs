@@ -283,12 +283,11 @@ fn main() -> std::process::ExitCode {
                 CUT_OFF,
                 OBSERVER_CUT_OFF,
                 SHRUNK,
+                NO_MAX_TTL,
             ])
-            .expect_skips(&[NO_MAX_TTL])
             .with_planted_bugs(Planted::ALL),
         Target::new("three", || EtcdFactory::start(3, "etcd-3node"))
-            .expect_skips(&[ANY_KEY, SHRUNK])
-            .expect_skips(&[NO_MAX_TTL])
+            .expect_skips(&[ANY_KEY, SHRUNK, NO_MAX_TTL])
             .expect_broken(&[STALLED_LEADER]),
         Target::new("auth", || {
             EtcdFactory::start_with_auth(1, "etcd-1node-auth")
@@ -301,7 +300,7 @@ fn main() -> std::process::ExitCode {
             CUT_OFF,
             OBSERVER_CUT_OFF,
             SHRUNK,
-        ])
-        .expect_skips(&[NO_MAX_TTL]),
+            NO_MAX_TTL,
+        ]),
     ])
 }

@@ -318,32 +318,30 @@ fn main() -> std::process::ExitCode {
                 "cluster_restart_tokens_keep_increasing",
                 "standby_waits_through_history_compaction",
                 SHRUNK,
-            ])
-            .expect_skips(&[NO_MAX_TTL]),
+                NO_MAX_TTL,
+            ]),
             Target::new("three", || async { unreachable!("unavailable") }).unavailable(format!(
                 "{KUBECONFIG_VAR} is set: the suite runs once, on that cluster (single::)"
             )),
         ],
         None => vec![
-            Target::new("single", || KubeFactory::test_server(1, "kube-1node"))
-                .expect_skips(&[
-                    "server_node_killed_leader_survives_or_fails_over",
-                    "holders_server_node_paused_longer_than_ttl",
-                    "servers_leader_paused_longer_than_ttl",
-                    "standby_sees_failover_when_its_node_is_cut_off",
-                    "observer_sees_failover_when_its_node_is_cut_off",
-                    SHRUNK,
-                ])
-                .expect_skips(&[NO_MAX_TTL]),
+            Target::new("single", || KubeFactory::test_server(1, "kube-1node")).expect_skips(&[
+                "server_node_killed_leader_survives_or_fails_over",
+                "holders_server_node_paused_longer_than_ttl",
+                "servers_leader_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
+                SHRUNK,
+                NO_MAX_TTL,
+            ]),
             // The candidates reach the Lease server, not an etcd node.
-            Target::new("three", || KubeFactory::test_server(3, "kube-3node"))
-                .expect_skips(&[
-                    "holders_server_node_paused_longer_than_ttl",
-                    "standby_sees_failover_when_its_node_is_cut_off",
-                    "observer_sees_failover_when_its_node_is_cut_off",
-                    SHRUNK,
-                ])
-                .expect_skips(&[NO_MAX_TTL]),
+            Target::new("three", || KubeFactory::test_server(3, "kube-3node")).expect_skips(&[
+                "holders_server_node_paused_longer_than_ttl",
+                "standby_sees_failover_when_its_node_is_cut_off",
+                "observer_sees_failover_when_its_node_is_cut_off",
+                SHRUNK,
+                NO_MAX_TTL,
+            ]),
         ],
     };
     tenure_conformance::run_targets(targets)

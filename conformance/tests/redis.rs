@@ -576,8 +576,8 @@ fn main() -> std::process::ExitCode {
                 "observer_sees_failover_when_its_node_is_cut_off",
                 "server_node_killed_leader_survives_or_fails_over",
                 SHRUNK,
+                NO_MAX_TTL,
             ])
-            .expect_skips(&[NO_MAX_TTL])
             .expect_broken(&[RESTART])
             .with_trial("failure_matrix", failure_matrix),
         Target::new("three", || start(3, "redis-3masters"))
@@ -589,8 +589,8 @@ fn main() -> std::process::ExitCode {
                 "standby_sees_failover_when_its_node_is_cut_off",
                 "observer_sees_failover_when_its_node_is_cut_off",
                 SHRUNK,
+                NO_MAX_TTL,
             ])
-            .expect_skips(&[NO_MAX_TTL])
             .expect_broken(&[RESTART])
             .with_trial("failure_matrix", failure_matrix),
     ]);
