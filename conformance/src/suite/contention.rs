@@ -49,7 +49,9 @@ fn tokens_increase(cx: &Cx, what: &str) -> Step {
     let increasing = tokens
         .windows(2)
         .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
-    cx.note(format!("{what}: tokens {}", raw.join(", ")));
+    if increasing {
+        cx.note(format!("{what}: tokens {}", raw.join(", ")));
+    }
     cx.check(Property::Fencing, increasing, || {
         format!("{what}: tokens in grant order: {}", raw.join(", "))
     })
@@ -91,7 +93,7 @@ async fn race(
 
 /// [`RACERS`] clients make one attempt each on one vacant key at the same
 /// instant: exactly one is granted, and every other is told `Held` naming
-/// it. The winner releases and they race again, [`ROUNDS`] times; where the
+/// it (and its token). The winner releases and they race again, [`ROUNDS`] times; where the
 /// backend fences, the winners' tokens strictly increase.
 pub async fn racing_single_attempts_grant_exactly_one(
     factory: Arc<dyn BackendFactory>,
@@ -137,6 +139,21 @@ pub async fn racing_single_attempts_grant_exactly_one(
                     winner.identity(),
                     wrong.len(),
                     wrong.join(", ")
+                )
+            })?;
+            let token = winner.lease.token();
+            let tokens: Vec<String> = told
+                .iter()
+                .filter(|info| info.token != token)
+                .map(|info| format!("{:?}", info.token.map(|t| t.get())))
+                .collect();
+            cx.check(Property::Fencing, tokens.is_empty(), || {
+                format!(
+                    "round {round}: {} won with token {:?}, but {} refused racers were told tokens {}",
+                    winner.identity(),
+                    token.map(|t| t.get()),
+                    tokens.len(),
+                    tokens.join(", ")
                 )
             })?;
             winner.write();
