@@ -39,6 +39,23 @@ pub enum LinkFault {
     DelayAnswers(Duration),
     /// Traffic is silently dropped (calls hang) until the link passes again.
     Blackhole,
+    /// The client's open connections are reset now (calls in flight fail
+    /// with a connection error, watches end); new connections are let
+    /// through, so traffic then flows as with [`Pass`](Self::Pass). A
+    /// transient fault: a server restarting behind a load balancer, a NAT
+    /// entry dropped.
+    Reset,
+    /// Every call fails at once with a connection error while this is set:
+    /// open connections are reset, new ones refused (reset as they are
+    /// accepted). Nothing reaches the server.
+    FailCalls,
+    /// Requests reach the server and are executed, but their answers are
+    /// dropped: an ambiguous failure, the client cannot tell whether its
+    /// write took. The calls hang (or time out on the client's own
+    /// deadline); once the link passes again, a connection that lost an
+    /// answer is reset (its stream is out of step), so what still waited
+    /// on it fails with a connection error.
+    DropAnswers,
 }
 
 /// The network between one client and the server: the memory backend's
@@ -307,6 +324,16 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// Why a grant whose answer was lost on the way back may stay on the
+    /// servers until its TTL runs out, if it may: the client cannot undo
+    /// what it never heard of (a record it would need the answer's version
+    /// or name to delete). The case whose campaign loses its answer then
+    /// gives a standby TTL + expiry slack + a round trip to lead, instead
+    /// of a round trip.
+    fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether the server holds any state for `key` (used to prove that
     /// rejected input wrote nothing).
     async fn key_exists(&self, _key: &ElectionKey) -> Option<Result<bool>> {
@@ -395,6 +422,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
 
     fn retries_frozen_nodes(&self) -> Option<&'static str> {
         (**self).retries_frozen_nodes()
+    }
+    fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
+        (**self).grant_outlives_lost_answer()
     }
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         (**self).waiting(key).await

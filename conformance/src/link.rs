@@ -78,6 +78,10 @@ pub fn mode_for(fault: LinkFault) -> Mode {
         LinkFault::Delay(d) => Mode::Delay(d / 2),
         LinkFault::DelayAnswers(d) => Mode::DelayAnswers(d),
         LinkFault::Blackhole => Mode::Blackhole,
+        // Reset resets the open connections (see `Link::set`), then passes.
+        LinkFault::Reset => Mode::Pass,
+        LinkFault::FailCalls => Mode::Reset,
+        LinkFault::DropAnswers => Mode::DropAnswers,
     }
 }
 
@@ -87,6 +91,9 @@ impl Link for ProxyLink {
         let mode = mode_for(fault);
         for proxy in &self.proxies {
             proxy.set(mode);
+            if fault == LinkFault::Reset {
+                proxy.reset_connections();
+            }
         }
         Ok(())
     }

@@ -51,6 +51,8 @@ macro_rules! __cases {
             racing_single_attempts_grant_exactly_one,
             racing_standbys_after_expiry_grant_one_at_a_time,
             ttl_above_backend_maximum_is_invalid_argument,
+            transient_errors_are_not_a_lost_lease,
+            dropped_answer_leaves_no_ghost_grant,
         ] }
     };
 }

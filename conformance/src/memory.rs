@@ -150,6 +150,19 @@ impl MemoryFactory {
         self
     }
 
+    /// The same, with the server's clock running `rate` times as fast as
+    /// the clients' (1.01: 1 % fast; see
+    /// [`MemoryBackend::set_server_clock_rate`]): its leases expire early
+    /// by the clients' clock. The Elector's default drift margin is 2 % of
+    /// the TTL (`tenure_core::default_drift_margin`), and the suite's
+    /// Electors and candidacies use it: a server up to about 2 % fast
+    /// expires no lease before its holder's `valid_until`, a faster one
+    /// lets a standby in while the holder still leads.
+    pub fn with_server_clock_rate(self, rate: f64) -> Self {
+        self.server.set_server_clock_rate(rate);
+        self
+    }
+
     /// The server, for its counters.
     pub fn server(&self) -> &MemoryBackend {
         &self.server
@@ -210,6 +223,13 @@ impl Link for MemoryLink {
             }
             LinkFault::DelayAnswers(d) => faults.delay_responses(d),
             LinkFault::Blackhole => faults.cut_off(),
+            LinkFault::Reset => faults.reset_connections(),
+            // As the fault proxy does: open connections reset, new ones refused.
+            LinkFault::FailCalls => {
+                faults.fail_calls(true);
+                faults.reset_connections();
+            }
+            LinkFault::DropAnswers => faults.drop_answers(true),
         }
         Ok(())
     }

@@ -12,6 +12,20 @@
 //! | [`Mode::DelayAnswers`]`(d)` | each chunk from upstream is held `d`; chunks to upstream pass at once | accepted, connected upstream |
 //! | [`Mode::Blackhole`] | nothing flows either way; bytes are held, not dropped, and reads stop once a few chunks are held, so TCP backpressure builds as on a dead link | accepted (the handshake completes) but not connected upstream: the client waits |
 //! | [`Mode::Reset`] | closed with RST (`SO_LINGER` 0) on both sides | accepted and closed with RST at once: the first read fails with `ConnectionReset` |
+//! | [`Mode::DropAnswers`] | what the client sends is forwarded at once; what the upstream answers is read and thrown away | accepted, connected upstream |
+//!
+//! [`FaultProxy::reset_connections`] resets the connections open now, and
+//! lets new ones through as the mode says: a transient fault the client
+//! recovers from by reconnecting.
+//!
+//! Leaving `DropAnswers` resets every connection that lost an answer: its
+//! byte stream is out of step (the client waits for answers the upstream
+//! sent and the proxy threw away, or would read the next answer as the
+//! one it waits for), and no protocol recovers from that but by starting
+//! afresh, so the proxy does what a real network path would do in the end.
+//! A connection that lost nothing is left as it is. Calls still waiting for
+//! a lost answer then fail with `ConnectionReset` instead of hanging
+//! forever.
 //!
 //! Leaving `Blackhole` releases what was held: open connections resume,
 //! like TCP after a healed partition, unless an endpoint gave up meanwhile
@@ -55,6 +69,10 @@ pub enum Mode {
     Blackhole,
     /// Reset every connection, open or new.
     Reset,
+    /// Forward what the client sends at once (the upstream executes it),
+    /// read what the upstream answers and throw it away; leaving this mode
+    /// resets every connection that lost an answer.
+    DropAnswers,
 }
 
 /// Sees what a proxy forwards, each way, connection by connection.
@@ -75,6 +93,7 @@ pub struct FaultProxy {
     addr: SocketAddr,
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
+    resets: Arc<watch::Sender<u64>>,
     open: Arc<AtomicUsize>,
     opened: Arc<AtomicUsize>,
     forwarded: Arc<std::sync::Mutex<Option<Instant>>>,
@@ -95,6 +114,7 @@ impl FaultProxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let resets = Arc::new(watch::Sender::new(0));
         let open = Arc::new(AtomicUsize::new(0));
         let opened = Arc::new(AtomicUsize::new(0));
         let forwarded = Arc::new(std::sync::Mutex::new(None));
@@ -102,6 +122,7 @@ impl FaultProxy {
             listener,
             upstream,
             mode_rx,
+            resets.clone(),
             open.clone(),
             opened.clone(),
             forwarded.clone(),
@@ -111,6 +132,7 @@ impl FaultProxy {
             addr,
             upstream,
             mode,
+            resets,
             open,
             opened,
             forwarded,
@@ -132,6 +154,13 @@ impl FaultProxy {
     pub fn set(&self, mode: Mode) {
         tracing::debug!(proxy = %self.addr, upstream = %self.upstream, ?mode, "fault proxy mode");
         self.mode.send_replace(mode);
+    }
+
+    /// Resets (RST) every connection open now, whatever the mode; new
+    /// connections are served as the mode says.
+    pub fn reset_connections(&self) {
+        tracing::debug!(proxy = %self.addr, upstream = %self.upstream, "fault proxy resets its connections");
+        self.resets.send_modify(|n| *n += 1);
     }
 
     /// The current mode.
@@ -168,6 +197,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
+    resets: Arc<watch::Sender<u64>>,
     open: Arc<AtomicUsize>,
     opened: Arc<AtomicUsize>,
     forwarded: Forwarded,
@@ -179,7 +209,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
                     opened.fetch_add(1, Ordering::SeqCst);
-                    connections.spawn(serve(client, upstream, mode.clone(), open.clone(), forwarded.clone(), tap.clone()));
+                    connections.spawn(serve(client, upstream, mode.clone(), resets.subscribe(), open.clone(), forwarded.clone(), tap.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors or the like: back off briefly.
@@ -230,6 +260,7 @@ async fn serve(
     mut client: TcpStream,
     upstream: SocketAddr,
     mut mode: watch::Receiver<Mode>,
+    mut resets: watch::Receiver<u64>,
     open: Arc<AtomicUsize>,
     forwarded: Forwarded,
     tap: Option<Arc<dyn Tap>>,
@@ -240,12 +271,11 @@ async fn serve(
         let current = *mode.borrow_and_update();
         match current {
             Mode::Reset => return reset(client),
-            Mode::Blackhole => {
-                if mode.changed().await.is_err() {
-                    return;
-                }
-            }
-            Mode::Pass | Mode::Delay(_) | Mode::DelayAnswers(_) => break,
+            Mode::Blackhole => tokio::select! {
+                changed = mode.changed() => if changed.is_err() { return },
+                _ = resets.changed() => return reset(client),
+            },
+            Mode::Pass | Mode::Delay(_) | Mode::DelayAnswers(_) | Mode::DropAnswers => break,
         }
     }
     let mut server = match TcpStream::connect(upstream).await {
@@ -264,6 +294,8 @@ async fn serve(
         }
         None => (None, None),
     };
+    // Set once an answer was thrown away: the stream is out of step.
+    let (lost_answer, lost_answer_rx) = watch::channel(false);
     let clean = {
         let (client_read, client_write) = client.split();
         let (server_read, server_write) = server.split();
@@ -276,6 +308,7 @@ async fn serve(
                     Direction::Requests,
                     Some(forwarded),
                     requests_seen,
+                    None,
                 ),
                 pipe(
                     server_read,
@@ -284,6 +317,7 @@ async fn serve(
                     Direction::Answers,
                     None,
                     answers_seen,
+                    Some(&lost_answer),
                 ),
             )
             .is_ok()
@@ -291,6 +325,8 @@ async fn serve(
         tokio::select! {
             clean = forward => clean,
             () = until_reset(mode.clone()) => false,
+            () = until_out_of_step(mode.clone(), lost_answer_rx) => false,
+            _ = resets.changed() => false,
         }
     };
     if !clean {
@@ -311,12 +347,28 @@ async fn until_reset(mut mode: watch::Receiver<Mode>) {
     }
 }
 
-/// Returns once a chunk read at `read_at`, going `direction`, may be written.
+/// Returns once the connection lost an answer and the mode no longer
+/// drops them: its stream is out of step, and only a reset ends that.
+async fn until_out_of_step(mut mode: watch::Receiver<Mode>, mut lost: watch::Receiver<bool>) {
+    loop {
+        if *lost.borrow_and_update() && *mode.borrow_and_update() != Mode::DropAnswers {
+            return;
+        }
+        tokio::select! {
+            changed = mode.changed() => if changed.is_err() { std::future::pending::<()>().await },
+            changed = lost.changed() => if changed.is_err() { std::future::pending::<()>().await },
+        }
+    }
+}
+
+/// Returns once a chunk read at `read_at`, going `direction`, may be
+/// written: `true`; `false` if it must be thrown away instead (an answer
+/// while the mode drops them).
 async fn until_forwardable(
     mode: &mut watch::Receiver<Mode>,
     read_at: Instant,
     direction: Direction,
-) {
+) -> bool {
     loop {
         let current = *mode.borrow_and_update();
         let delay = match current {
@@ -325,16 +377,17 @@ async fn until_forwardable(
             _ => None,
         };
         match current {
-            Mode::Pass => return,
-            Mode::DelayAnswers(_) if delay.is_none() => return,
+            Mode::Pass => return true,
+            Mode::DropAnswers => return direction == Direction::Requests,
+            Mode::DelayAnswers(_) if delay.is_none() => return true,
             Mode::Delay(_) | Mode::DelayAnswers(_) => {
                 let delay = delay.expect("set for these modes");
                 tokio::select! {
-                    () = tokio::time::sleep_until(read_at + delay) => return,
+                    () = tokio::time::sleep_until(read_at + delay) => return true,
                     changed = mode.changed() => {
                         if changed.is_err() {
                             tokio::time::sleep_until(read_at + delay).await;
-                            return;
+                            return true;
                         }
                     }
                 }
@@ -351,7 +404,8 @@ async fn until_forwardable(
 
 /// Copies one direction: a reader stamps each chunk with the time it was
 /// read, a writer forwards it when the mode allows. An empty chunk is EOF,
-/// forwarded as a write shutdown (FIN).
+/// forwarded as a write shutdown (FIN). A chunk the mode drops (EOF too) is
+/// thrown away, and `lost` is set.
 async fn pipe(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
@@ -359,6 +413,7 @@ async fn pipe(
     direction: Direction,
     forwarded: Option<Forwarded>,
     mut seen: Option<Observer>,
+    lost: Option<&watch::Sender<bool>>,
 ) -> std::io::Result<()> {
     let (chunks, mut pending) = mpsc::channel::<(Instant, Vec<u8>)>(8);
     let read = async move {
@@ -373,7 +428,13 @@ async fn pipe(
     };
     let write = async move {
         while let Some((read_at, chunk)) = pending.recv().await {
-            until_forwardable(&mut mode, read_at, direction).await;
+            if !until_forwardable(&mut mode, read_at, direction).await {
+                tracing::trace!(bytes = chunk.len(), "fault proxy drops an answer");
+                if let Some(lost) = lost {
+                    lost.send_replace(true);
+                }
+                continue;
+            }
             if chunk.is_empty() {
                 to.shutdown().await?;
                 return Ok(());
@@ -533,6 +594,73 @@ mod tests {
         proxy.set(Mode::Pass);
         let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(round_trip(&mut client, b"again").await.unwrap(), b"again");
+    }
+
+    /// An echo server that also keeps every byte it received.
+    async fn recording_echo_server() -> (SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = received.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0; 1024];
+                    loop {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                kept.lock().unwrap().extend_from_slice(&buf[..n]);
+                                if stream.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, received)
+    }
+
+    #[tokio::test]
+    async fn drop_answers_executes_requests_and_resets_the_connection_afterwards() {
+        let (upstream, received) = recording_echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"ok").await.unwrap(), b"ok");
+        let mut untouched = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut untouched, b"hi").await.unwrap(), b"hi");
+        proxy.set(Mode::DropAnswers);
+        client.write_all(b"lost").await.unwrap();
+        assert_silent(&mut client).await;
+        assert_eq!(&received.lock().unwrap()[..], b"okhilost");
+        proxy.set(Mode::Pass);
+        assert_eq!(
+            read_error_kind(&mut client).await,
+            ErrorKind::ConnectionReset
+        );
+        // A connection that lost nothing goes on; new ones work.
+        assert_eq!(round_trip(&mut untouched, b"on").await.unwrap(), b"on");
+        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut fresh, b"new").await.unwrap(), b"new");
+    }
+
+    #[tokio::test]
+    async fn reset_connections_resets_open_ones_and_serves_new_ones() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut client, b"ok").await.unwrap(), b"ok");
+        proxy.reset_connections();
+        assert_eq!(
+            read_error_kind(&mut client).await,
+            ErrorKind::ConnectionReset
+        );
+        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut fresh, b"new").await.unwrap(), b"new");
     }
 
     #[tokio::test]

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tenure_conformance::planted::Planted;
 use tenure_conformance::trials::Trial;
-use tenure_conformance::{async_trial, suite, BackendFactory, MemoryFactory, Outcome, Target};
+use tenure_conformance::{
+    async_trial, suite, BackendFactory, MemoryFactory, Outcome, Property, Target,
+};
 use tenure_core::{Capabilities, KeyRule};
 
 fn main() -> std::process::ExitCode {
@@ -42,7 +44,9 @@ fn tests() -> Vec<Trial> {
         run_all_reports_every_case_in_order,
         candidate_process_leads_loses_when_frozen_and_dies_by_sigkill,
         candidate_process_refuses_unknown_backend_url,
-        a_deadline_from_a_later_request_passes_the_delayed_answers_case;
+        a_deadline_from_a_later_request_passes_the_delayed_answers_case,
+        a_server_clock_1pct_fast_passes_every_case_within_the_drift_margin,
+        a_server_clock_5pct_fast_breaks_exclusive_in_the_expiry_cases;
         mutants:
         stuck_tokens_fail_tokens_strictly_increase_and_let_stale_writes_in,
         late_deadline_is_an_overlap_in_the_partition_case,
@@ -93,6 +97,8 @@ fn tests() -> Vec<Trial> {
         a_watch_that_takes_nested_keys_fails_nested_keys_are_independent,
         an_unenforced_max_ttl_fails_ttl_above_backend_maximum_is_invalid_argument,
         a_request_before_refusing_fails_the_input_cases_on_requests,
+        a_transient_error_taken_for_a_lost_lease_fails_transient_errors_are_not_a_lost_lease,
+        a_grant_kept_when_its_answer_is_lost_fails_dropped_answer_leaves_no_ghost_grant,
     )
 }
 
@@ -237,4 +243,76 @@ async fn a_deadline_from_a_later_request_passes_the_delayed_answers_case() {
     );
     let report = suite::deadline_counts_from_send_under_delayed_answers(f).await;
     assert_eq!(report.outcome, Outcome::Pass, "{report:#?}");
+}
+
+/// The one case that compares the server's expiry with the client's clock
+/// directly, with no margin: "no vacancy before TTL after the grant was
+/// sent" (contract point 6). A server clock 1 % fast breaks it by design
+/// (the key falls vacant at 99 % of the TTL); it is what the drift margin
+/// is there for.
+const JUDGES_THE_SERVER_CLOCK: &str = "expiry_after_ttl_not_before";
+
+/// The Elector's default drift margin is 2 % of the TTL
+/// (`tenure_core::default_drift_margin`), and every case's Electors and
+/// candidacies use it: with the server's clock 1 % fast (its leases expire
+/// at 99 % of the TTL by the candidates' clock, after their `valid_until`
+/// at 98 %), every case passes, all at once on one fast server. The one
+/// case that judges the server's expiry against the TTL itself,
+/// [`JUDGES_THE_SERVER_CLOCK`], may only fail that check. The timed
+/// hand-over and herd cases run too; they wait for the machine to
+/// themselves, as they do in the suite.
+async fn a_server_clock_1pct_fast_passes_every_case_within_the_drift_margin() {
+    let factory: Arc<dyn BackendFactory> = Arc::new(
+        MemoryFactory::new()
+            .with_candidate(env!("CARGO_BIN_EXE_tenure-candidate"))
+            .with_server_clock_rate(1.01)
+            .named("memory-server-clock-1pct-fast"),
+    );
+    let runs = tenure_conformance::CASES
+        .iter()
+        .map(|case| (case.run)(factory.clone()));
+    let reports = futures::future::join_all(runs).await;
+    for report in reports {
+        match &report.outcome {
+            Outcome::Skipped(_)
+                if report.case == "key_breaking_backend_rule_is_invalid_argument" => {}
+            Outcome::Fail(failure) if report.case == JUDGES_THE_SERVER_CLOCK => assert!(
+                report
+                    .violations
+                    .iter()
+                    .all(|v| v.property == Property::Contract)
+                    && failure.contains("before the TTL"),
+                "{report:#?}"
+            ),
+            _ => report.assert_ok(),
+        }
+    }
+}
+
+/// With the server's clock 5 % fast, beyond the 2 % drift margin, a lease
+/// expires on the server (at 95 % of the TTL) before its holder's
+/// `valid_until` (98 %): a standby waiting in line is granted while the
+/// crashed or cut-off holder still believes it leads, and both cases that
+/// exercise expiry fail on exclusivity.
+async fn a_server_clock_5pct_fast_breaks_exclusive_in_the_expiry_cases() {
+    let fast = || -> Arc<dyn BackendFactory> {
+        Arc::new(
+            MemoryFactory::new()
+                .with_server_clock_rate(1.05)
+                .named("memory-server-clock-5pct-fast"),
+        )
+    };
+    for report in [
+        suite::crashed_leader_taken_over_after_ttl(fast()).await,
+        suite::partitioned_leader_steps_down_before_anyone_else_leads(fast()).await,
+    ] {
+        assert!(
+            matches!(report.outcome, Outcome::Fail(_))
+                && report
+                    .violations
+                    .iter()
+                    .any(|v| v.property == Property::Exclusive && v.promised),
+            "a server clock 5 % fast went unnoticed: {report:#?}"
+        );
+    }
 }

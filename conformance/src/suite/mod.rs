@@ -30,6 +30,7 @@ mod servers;
 mod shrunk;
 mod shutdown;
 mod tokens;
+mod transient;
 mod watch;
 mod watcher;
 
@@ -88,6 +89,7 @@ pub use servers::servers_paused_longer_than_ttl_leader_steps_down;
 pub use shrunk::session_shrunk_on_reconnect_holder_stops_first;
 pub use shutdown::shutdown_releases_before_returning;
 pub use tokens::{token_increases_after_state_wiped, tokens_strictly_increase};
+pub use transient::{dropped_answer_leaves_no_ghost_grant, transient_errors_are_not_a_lost_lease};
 pub use watch::{watch_reports_changes_in_order_and_vacancy, watch_starts_with_current_state};
 pub use watcher::Watcher;
 

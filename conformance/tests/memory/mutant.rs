@@ -139,6 +139,14 @@ pub enum Bug {
     /// breaks them, but only after a request to the server (a look it
     /// takes first); it writes nothing.
     RequestBeforeRefusing,
+    /// A renewal that fails with a connection error (a reset, a call that
+    /// failed at once) is reported as a lost lease, though the lease is
+    /// alive on the server and its deadline ahead.
+    TransientErrorIsLost,
+    /// A grant whose answer was lost (or whose call was dropped before it
+    /// came) is forgotten, not released: it holds the key, unrenewed, until
+    /// its TTL runs out.
+    GrantKeptWhenAnswerLost,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -873,6 +881,12 @@ impl BackendFactory for MutantFactory {
         }
         if self.parts.bug == Bug::ShrunkSessionUnheeded {
             inner.faults().ignore_session_limits(true);
+        }
+        if self.parts.bug == Bug::TransientErrorIsLost {
+            inner.faults().report_transient_errors_as_lost(true);
+        }
+        if self.parts.bug == Bug::GrantKeptWhenAnswerLost {
+            inner.faults().keep_undelivered_grants(true);
         }
         if self.parts.bug == Bug::WritesOnConnect {
             if let Acquisition::Granted(lease) =

@@ -12,11 +12,17 @@ use crate::{Error, Result};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct FaultState {
     fail: bool,
+    /// How many times the client's connections were reset: a call or watch
+    /// that began under an older count fails.
+    resets: u64,
+    drop_answers: bool,
     cut_off: bool,
     node_down: bool,
     watches_silent: bool,
     trusts_watches: bool,
     ignores_session_limits: bool,
+    keeps_undelivered_grants: bool,
+    transient_is_lost: bool,
     request_delay: Duration,
     response_delay: Duration,
 }
@@ -45,6 +51,26 @@ impl Faults {
     /// Every call fails at once with a retryable [`Error::Unavailable`].
     pub fn fail_calls(&self, fail: bool) {
         self.state.send_modify(|s| s.fail = fail);
+    }
+
+    /// Resets the client's connections now, as a TCP reset would: every
+    /// call in flight (a waiting acquire too) fails with a retryable
+    /// [`Error::Unavailable`], and every open watch ends with one; calls
+    /// made from now on go through as the other faults say.
+    pub fn reset_connections(&self) {
+        self.state.send_modify(|s| s.resets += 1);
+    }
+
+    /// Drops the client's answers: requests still reach the server and are
+    /// executed, but what the server answers is lost, so the client cannot
+    /// tell whether its write took. A call (or watch event) whose answer
+    /// is lost hangs until the answers are let through again, then fails
+    /// with a retryable [`Error::Unavailable`], as a call on a TCP
+    /// connection that was reset for being out of step does. An acquire
+    /// that fails so releases the grant it did not get to see, as a
+    /// dropped one does.
+    pub fn drop_answers(&self, drop: bool) {
+        self.state.send_modify(|s| s.drop_answers = drop);
     }
 
     /// Blackholes the link: calls (and watch events) hang until [`heal`](Self::heal).
@@ -101,6 +127,33 @@ impl Faults {
         self.state.borrow().ignores_session_limits
     }
 
+    /// A bug, for the conformance suite's mutants: the client forgets a
+    /// grant whose answer it did not get (lost on the way, or the call
+    /// dropped before it came) instead of releasing it, so the grant holds
+    /// the key, unrenewed, until its TTL runs out.
+    #[doc(hidden)]
+    pub fn keep_undelivered_grants(&self, keep: bool) {
+        self.state
+            .send_modify(|s| s.keeps_undelivered_grants = keep);
+    }
+
+    pub(crate) fn keeps_undelivered_grants(&self) -> bool {
+        self.state.borrow().keeps_undelivered_grants
+    }
+
+    /// A bug, for the conformance suite's mutants: a renewal that fails
+    /// with a connection error (a reset, a call failed at once) is
+    /// reported as [`Error::LeaseLost`], though the lease may well be
+    /// alive on the server and its deadline ahead.
+    #[doc(hidden)]
+    pub fn report_transient_errors_as_lost(&self, lost: bool) {
+        self.state.send_modify(|s| s.transient_is_lost = lost);
+    }
+
+    pub(crate) fn transient_is_lost(&self) -> bool {
+        self.state.borrow().transient_is_lost
+    }
+
     /// Delays each request by `delay` before it reaches the server.
     pub fn delay_requests(&self, delay: Duration) {
         self.state.send_modify(|s| s.request_delay = delay);
@@ -120,10 +173,13 @@ impl Faults {
     pub fn reset(&self) {
         self.state.send_modify(|s| {
             *s = FaultState {
+                resets: s.resets,
                 node_down: s.node_down,
                 watches_silent: s.watches_silent,
                 trusts_watches: s.trusts_watches,
                 ignores_session_limits: s.ignores_session_limits,
+                keeps_undelivered_grants: s.keeps_undelivered_grants,
+                transient_is_lost: s.transient_is_lost,
                 ..FaultState::default()
             }
         });
@@ -155,29 +211,82 @@ impl Faults {
         }
     }
 
-    /// The way to the server: fails, hangs or waits as configured.
-    pub(crate) async fn request(&self) -> Result<()> {
-        let s = *self.state.borrow();
-        if s.fail {
-            return Err(Error::Unavailable {
-                backend: "memory",
-                source: "injected fault: calls fail".into(),
-            });
-        }
-        self.wait_connected().await;
-        if !s.request_delay.is_zero() {
-            tokio::time::sleep(s.request_delay).await;
-        }
-        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        Ok(())
+    /// The client's connection as it is now: calls made on it fail once
+    /// it is [reset](Self::reset_connections).
+    pub(crate) fn connection(&self) -> Connection {
+        Connection(self.state.borrow().resets)
     }
 
-    /// The way back from the server.
-    pub(crate) async fn response(&self) {
-        self.wait_connected().await;
-        let delay = self.state.borrow().response_delay;
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+    /// Returns once `connection` was reset.
+    pub(crate) async fn until_reset(&self, connection: Connection) {
+        let mut rx = self.state.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|s| s.resets != connection.0).await;
+    }
+
+    /// `step`, unless `connection` is reset first: then a connection error.
+    pub(crate) async fn on<T>(
+        &self,
+        connection: Connection,
+        step: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        tokio::select! {
+            out = step => Ok(out),
+            () = self.until_reset(connection) => Err(unavailable("connection reset")),
         }
+    }
+
+    /// The way to the server: fails, hangs or waits as configured. The
+    /// connection the call is made on, which its answer comes back on.
+    pub(crate) async fn request(&self) -> Result<Connection> {
+        let s = *self.state.borrow();
+        if s.fail {
+            return Err(unavailable("calls fail"));
+        }
+        let connection = self.connection();
+        self.on(connection, async {
+            self.wait_connected().await;
+            if !s.request_delay.is_zero() {
+                tokio::time::sleep(s.request_delay).await;
+            }
+        })
+        .await?;
+        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        Ok(connection)
+    }
+
+    /// The way back from the server, on `connection`: waits as configured;
+    /// fails if the connection is reset meanwhile, or if answers are
+    /// dropped (once they are let through again).
+    pub(crate) async fn response(&self, connection: Connection) -> Result<()> {
+        self.on(connection, async {
+            if self.state.borrow().drop_answers {
+                let mut rx = self.state.subscribe();
+                // The sender lives as long as `self`, so this cannot fail.
+                let _ = rx.wait_for(|s| !s.drop_answers).await;
+                return Err(unavailable(
+                    "the answer was lost; the connection, out of step, was reset",
+                ));
+            }
+            self.wait_connected().await;
+            let delay = self.state.borrow().response_delay;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Ok(())
+        })
+        .await?
+    }
+}
+
+/// The connection a call was made on (the reset count when it began).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Connection(u64);
+
+/// A retryable connection error of the memory link, for `why`.
+fn unavailable(why: &str) -> Error {
+    Error::Unavailable {
+        backend: "memory",
+        source: format!("injected fault: {why}").into(),
     }
 }

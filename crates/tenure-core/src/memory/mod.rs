@@ -148,6 +148,22 @@ impl MemoryBackend {
         self.server.wipe_all();
     }
 
+    /// From now on the server's clock runs `rate` times as fast as the
+    /// clients' (1.01: 1 % fast): a lease granted or renewed for a TTL is
+    /// kept that long by the server's clock, so `ttl / rate` by the
+    /// clients'. A fast server clock expires leases early in the client's
+    /// time; the [drift margin](crate::default_drift_margin) (2 % of the
+    /// TTL by default) is what keeps a holder's `valid_until` ahead of such
+    /// an expiry, as long as the rate is within it. For tests of clock
+    /// rates; every client of the server sees the same clock.
+    ///
+    /// # Panics
+    ///
+    /// If `rate` is not a positive finite number.
+    pub fn set_server_clock_rate(&self, rate: f64) {
+        self.server.set_clock_rate(rate);
+    }
+
     /// Who holds `key` on the server now.
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         self.server.holder(key)
@@ -183,12 +199,16 @@ struct ReleaseUndelivered<'a> {
     server: &'a Server,
     key: &'a ElectionKey,
     grant: Option<u64>,
+    /// The client's bug: it forgets the grant instead.
+    keep: bool,
 }
 
 impl Drop for ReleaseUndelivered<'_> {
     fn drop(&mut self) {
         if let Some(grant) = self.grant.take() {
-            self.server.release(self.key, grant);
+            if !self.keep {
+                self.server.release(self.key, grant);
+            }
         }
     }
 }
@@ -208,7 +228,7 @@ impl LeaseBackend for MemoryBackend {
         let span = span("acquire", candidacy.key(), Some(candidacy.identity()));
         async move {
             let sent_at = Instant::now();
-            self.faults.request().await?;
+            let connection = self.faults.request().await?;
             let outcome = match mode {
                 AcquireMode::Once => match self.server.try_acquire(candidacy, self.session) {
                     Ok(grant) => Ok(lease_from(candidacy, grant, sent_at)),
@@ -217,7 +237,14 @@ impl LeaseBackend for MemoryBackend {
                 AcquireMode::Wait => {
                     // Granted on the server at `granted_at`; the waiter's lease
                     // counts from then (one process, one clock).
-                    let grant = self.server.acquire_waiting(candidacy, self.session).await;
+                    // A reset connection ends the wait (and withdraws it).
+                    let grant = self
+                        .faults
+                        .on(
+                            connection,
+                            self.server.acquire_waiting(candidacy, self.session),
+                        )
+                        .await?;
                     let at = grant.granted_at;
                     Ok(lease_from(candidacy, grant, at))
                 }
@@ -226,11 +253,14 @@ impl LeaseBackend for MemoryBackend {
                 server: &self.server,
                 key: candidacy.key(),
                 grant: outcome.as_ref().ok().and_then(grant_of_ok),
+                keep: self.faults.keeps_undelivered_grants(),
             };
             if mode == AcquireMode::Wait {
                 self.faults.hear_grant(candidacy.ttl() / 4).await;
             }
-            self.faults.response().await;
+            // An answer lost on the way fails the call, and `undelivered`
+            // releases the grant the caller never saw.
+            self.faults.response(connection).await?;
             undelivered.grant = None;
             Ok(match outcome {
                 Ok(lease) => Acquisition::Granted(lease),
@@ -245,12 +275,22 @@ impl LeaseBackend for MemoryBackend {
         let span = span("renew", lease.key(), Some(lease.holder()));
         async move {
             let sent_at = Instant::now();
-            self.faults.request().await?;
-            let grant = grant_of(lease)?;
-            let renewed = self.server.renew(lease.key(), grant, lease.ttl());
-            self.faults.response().await;
-            renewed?;
-            Ok(lease.renewed(sent_at, lease.handle().clone()))
+            let answered = async {
+                let connection = self.faults.request().await?;
+                let grant = grant_of(lease)?;
+                let renewed = self.server.renew(lease.key(), grant, lease.ttl());
+                self.faults.response(connection).await?;
+                renewed
+            };
+            match answered.await {
+                Err(e) if e.is_retryable() && self.faults.transient_is_lost() => Err(
+                    Error::lease_lost(lease.key().as_str(), crate::LossReason::Revoked),
+                ),
+                answered => {
+                    answered?;
+                    Ok(lease.renewed(sent_at, lease.handle().clone()))
+                }
+            }
         }
         .instrument(span)
         .await
@@ -259,10 +299,9 @@ impl LeaseBackend for MemoryBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let span = span("release", lease.key(), Some(lease.holder()));
         async move {
-            self.faults.request().await?;
+            let connection = self.faults.request().await?;
             self.server.release(lease.key(), grant_of(lease)?);
-            self.faults.response().await;
-            Ok(())
+            self.faults.response(connection).await
         }
         .instrument(span)
         .await
@@ -271,8 +310,10 @@ impl LeaseBackend for MemoryBackend {
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
         self.server.capabilities().check_key(key)?;
         async move {
-            self.faults.request().await?;
-            Ok(self.server.watch(key.clone(), self.faults.clone()))
+            let connection = self.faults.request().await?;
+            Ok(self
+                .server
+                .watch(key.clone(), self.faults.clone(), connection))
         }
         .instrument(span("watch", key, None))
         .await

@@ -8,6 +8,7 @@ use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
+use super::faults::Connection;
 use super::Faults;
 use crate::{
     Candidacy, CandidateId, Capabilities, ElectionKey, Error, FencingToken, LeaderEvent,
@@ -119,6 +120,26 @@ struct State {
     next_token: u64,
     next_session: u64,
     stats: MemoryStats,
+    clock: ClockRate,
+}
+
+/// How fast the server's clock runs against the clients' (one process,
+/// one tokio clock): 1.0 by default; 1.01 is 1 % fast, so the server keeps
+/// a lease for its TTL by its own clock, 1 % less by the clients'.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct ClockRate(f64);
+
+impl Default for ClockRate {
+    fn default() -> Self {
+        ClockRate(1.0)
+    }
+}
+
+impl ClockRate {
+    /// `span` of the server's time, in the clients' time.
+    fn real(self, span: Duration) -> Duration {
+        span.div_f64(self.0)
+    }
 }
 
 /// What a session's server node gives it (see `Server::limit_session`).
@@ -174,7 +195,7 @@ impl State {
             identity: candidacy.identity().clone(),
             token,
             ttl,
-            expires_at: now + ttl,
+            expires_at: now + self.clock.real(ttl),
             loss: loss.clone(),
         });
         Grant {
@@ -349,6 +370,7 @@ impl Server {
             .and_then(|ks| ks.holder.as_ref())
             .map(|h| h.session);
         let (kept, short) = session.map_or((ttl, false), |s| st.kept(s, ttl));
+        let clock = st.clock;
         let holder = st.keys.get_mut(key).and_then(|ks| ks.holder.as_mut());
         match holder {
             // The client knows its session is kept for less than the
@@ -358,7 +380,7 @@ impl Server {
             }
             Some(h) if h.grant == grant => {
                 h.ttl = kept;
-                h.expires_at = Instant::now() + kept;
+                h.expires_at = Instant::now() + clock.real(kept);
                 st.stats.renewals += 1;
                 Ok(())
             }
@@ -424,12 +446,13 @@ impl Server {
         };
         st.limits.insert(session, limit);
         let now = Instant::now();
+        let clock = st.clock;
         let mut touched = Vec::new();
         for (key, ks) in st.keys.iter_mut() {
             if let Some(h) = ks.holder.as_mut() {
                 if h.session == session && h.ttl > limit.max {
                     h.ttl = limit.max;
-                    h.expires_at = now + limit.max;
+                    h.expires_at = now + clock.real(limit.max);
                     if heeded {
                         h.loss.fire(LossReason::Revoked);
                     }
@@ -448,9 +471,10 @@ impl Server {
         let mut st = self.lock();
         let now = Instant::now();
         let keys: Vec<ElectionKey> = st.keys.keys().cloned().collect();
+        let clock = st.clock;
         for key in keys {
             if let Some(h) = st.keys.get_mut(&key).and_then(|ks| ks.holder.as_mut()) {
-                h.expires_at = h.expires_at.max(now + h.ttl);
+                h.expires_at = h.expires_at.max(now + clock.real(h.ttl));
             }
             // Wakes the head waiter, whose timer changed.
             st.settle(&key, now);
@@ -487,10 +511,22 @@ impl Server {
         self.lock().stats
     }
 
+    /// From now on the server's clock runs `rate` times as fast as the
+    /// clients' (leases granted or renewed from then on); see
+    /// `MemoryBackend::set_server_clock_rate`.
+    pub fn set_clock_rate(&self, rate: f64) {
+        assert!(
+            rate.is_finite() && rate > 0.0,
+            "a clock rate is a positive factor, not {rate}"
+        );
+        self.lock().clock = ClockRate(rate);
+    }
+
     pub fn watch(
         self: &Arc<Self>,
         key: ElectionKey,
         faults: Arc<Faults>,
+        connection: Connection,
     ) -> BoxStream<'static, Result<LeaderEvent>> {
         let rx = {
             let mut st = self.lock();
@@ -500,10 +536,15 @@ impl Server {
             st.keys[&key].events.subscribe()
         };
         let server = self.clone();
-        let state = (server, key, rx, faults, None::<LeaderEvent>);
+        // `last` is `None` before the first event; `ended` once the stream
+        // told its connection's end.
+        let state = (server, key, rx, faults, None::<LeaderEvent>, false);
         Box::pin(futures::stream::unfold(
             state,
-            |(server, key, mut rx, faults, last)| async move {
+            move |(server, key, mut rx, faults, last, ended)| async move {
+                if ended {
+                    return None;
+                }
                 loop {
                     // Notice expiry even when nobody else touches the key.
                     let expiry = {
@@ -515,15 +556,26 @@ impl Server {
                         if last.is_some() {
                             server.lock().stats.notifications += 1;
                         }
-                        faults.response().await;
+                        // A reset connection, or a lost event, ends the watch
+                        // with the connection's error.
+                        if let Err(e) = faults.response(connection).await {
+                            return Some((Err(e), (server, key, rx, faults, last, true)));
+                        }
                         return Some((
                             Ok(current.clone()),
-                            (server, key, rx, faults, Some(current)),
+                            (server, key, rx, faults, Some(current), false),
                         ));
                     }
                     tokio::select! {
                         changed = rx.changed() => if changed.is_err() { return None },
                         _ = sleep_until_opt(expiry) => {}
+                        () = faults.until_reset(connection) => {
+                            let e = Error::Unavailable {
+                                backend: "memory",
+                                source: "injected fault: connection reset".into(),
+                            };
+                            return Some((Err(e), (server, key, rx, faults, last, true)));
+                        }
                     }
                 }
             },

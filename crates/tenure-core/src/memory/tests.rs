@@ -155,3 +155,89 @@ async fn a_client_deaf_to_its_session_limit_keeps_its_deadline_while_the_server_
         "the server kept it for the limit"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_server_clock_expires_leases_early_by_the_clients_clock() {
+    let server = MemoryBackend::new();
+    server.set_server_clock_rate(1.25);
+    let lease = grant(&server, "k", "a").await;
+    // 2 s of the server's time are 1.6 s of the client's.
+    advance(Duration::from_millis(1590)).await;
+    assert_eq!(holder(&server, "k").as_deref(), Some("a"));
+    advance(Duration::from_millis(20)).await;
+    assert_eq!(holder(&server, "k"), None);
+    assert!(
+        lease.valid_until() > tokio::time::Instant::now(),
+        "the client still counts on it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_fails_a_waiting_acquire_and_withdraws_it() {
+    let server = MemoryBackend::new();
+    let _a = grant(&server, "k", "a").await;
+    let b = server.client();
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(&candidacy("k", "b"), AcquireMode::Wait).await })
+    };
+    while server.queue_len(&ElectionKey::new("k").unwrap()) == 0 {
+        tokio::task::yield_now().await;
+    }
+    b.faults().reset_connections();
+    let failed = waiting.await.unwrap();
+    assert!(
+        failed.as_ref().is_err_and(|e| e.is_retryable()),
+        "{failed:?}"
+    );
+    assert_eq!(server.queue_len(&ElectionKey::new("k").unwrap()), 0);
+    // New calls go through.
+    let held = b
+        .acquire(&candidacy("k", "b"), AcquireMode::Once)
+        .await
+        .unwrap();
+    assert!(held.granted().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_is_executed_and_its_grant_released_when_the_call_fails() {
+    let server = MemoryBackend::new();
+    let a = server.client();
+    a.faults().drop_answers(true);
+    let call = {
+        let a = a.clone();
+        tokio::spawn(async move { a.acquire(&candidacy("k", "a"), AcquireMode::Once).await })
+    };
+    while holder(&server, "k").is_none() {
+        tokio::task::yield_now().await;
+    }
+    advance(Duration::from_secs(5)).await;
+    assert!(!call.is_finished(), "the answer was lost: the call waits");
+    a.faults().drop_answers(false);
+    let failed = call.await.unwrap();
+    assert!(
+        failed.as_ref().is_err_and(|e| e.is_retryable()),
+        "{failed:?}"
+    );
+    assert_eq!(holder(&server, "k"), None, "the unseen grant is released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_kept_by_the_bug_knob_holds_the_key_until_its_ttl() {
+    let server = MemoryBackend::new();
+    let a = server.client();
+    a.faults().keep_undelivered_grants(true);
+    a.faults().drop_answers(true);
+    let call = {
+        let a = a.clone();
+        tokio::spawn(async move { a.acquire(&candidacy("k", "a"), AcquireMode::Once).await })
+    };
+    while holder(&server, "k").is_none() {
+        tokio::task::yield_now().await;
+    }
+    call.abort();
+    let _ = call.await;
+    assert_eq!(holder(&server, "k").as_deref(), Some("a"));
+    advance(TTL).await;
+    assert_eq!(holder(&server, "k"), None);
+}
