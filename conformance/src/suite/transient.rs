@@ -27,7 +27,9 @@ const RESETS: u32 = 4;
 /// `health()` must show the failed calls (an error, retryable, from the
 /// fault). A standby waits throughout and must not be granted; once the
 /// leader resigns it leads within a round trip.
-pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFactory>) -> CaseReport {
+pub async fn transient_errors_are_not_a_lost_lease(
+    factory: Arc<dyn BackendFactory>,
+) -> CaseReport {
     let meta = Meta {
         name: "transient_errors_are_not_a_lost_lease",
         contract: "5, 7",
@@ -49,24 +51,20 @@ pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFacto
         cx.until_waiting(&key, 1).await?;
 
         // Reset: the open connections go, new ones are let through.
-        let started = Instant::now();
         let window = fault_window(&cx, &a).await?;
+        let started = Instant::now();
         for i in 0..RESETS {
             sleep_until_or_lost(&cx, &a, started + window * i / RESETS, "reset").await?;
-            link.set(LinkFault::Reset)
-                .await
-                .ctx("resetting a's connections")?;
+            link.set(LinkFault::Reset).await.ctx("resetting a's connections")?;
         }
         sleep_until_or_lost(&cx, &a, started + window, "reset").await?;
         link.set(LinkFault::Pass).await.ctx("a's link passes")?;
         renewals_resume(&cx, &a, "its connections were reset").await?;
 
         // Fail the calls: nothing reaches the server for a while.
-        let started = Instant::now();
         let window = fault_window(&cx, &a).await?;
-        link.set(LinkFault::FailCalls)
-            .await
-            .ctx("failing a's calls")?;
+        let started = Instant::now();
+        link.set(LinkFault::FailCalls).await.ctx("failing a's calls")?;
         sleep_until_or_lost(&cx, &a, started + window, "failed calls").await?;
         let health = a_elector.health();
         link.set(LinkFault::Pass).await.ctx("a's link passes")?;
@@ -131,22 +129,18 @@ async fn fault_window(cx: &Cx, a: &Leader) -> Step<Duration> {
 fn not_lost(cx: &Cx, a: &Leader, when: &str) -> Step {
     let ended = a.term.ended();
     let lost = a.lost().now_or_never();
-    cx.check(
-        Property::Contract,
-        ended.is_none() && lost.is_none(),
-        || {
-            let left = a
-                .term
-                .valid_until()
-                .checked_duration_since(Instant::now())
-                .map_or("after".into(), |d| format!("{d:?} before"));
-            format!(
-                "a's term ended ({:?}) {when}, {left} its valid_until: a transient error was \
+    cx.check(Property::Contract, ended.is_none() && lost.is_none(), || {
+        let left = a
+            .term
+            .valid_until()
+            .checked_duration_since(Instant::now())
+            .map_or("after".into(), |d| format!("{d:?} before"));
+        format!(
+            "a's term ended ({:?}) {when}, {left} its valid_until: a transient error was \
              taken for a lost lease",
-                lost.map(|(_, r)| r).or(ended)
-            )
-        },
-    )
+            lost.map(|(_, r)| r).or(ended)
+        )
+    })
 }
 
 /// Sleeps until `at`, failing the case as soon as `a`'s term ends.
@@ -201,7 +195,11 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
         quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
-        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
+        let (ca, cb, cc) = (
+            cx.client().await?,
+            cx.client().await?,
+            cx.client().await?,
+        );
         let Some(link) = ca.link.clone() else {
             return Err(Failure::Skip(
                 "the factory cannot drop a client's answers".into(),
@@ -222,13 +220,7 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
             async move { a.campaign().await }
         });
         let granted = watcher
-            .until(
-                &cx,
-                rt,
-                "a's grant on the server",
-                elected(&cx, "a"),
-                |_| false,
-            )
+            .until(&cx, rt, "a's grant on the server", elected(&cx, "a"), |_| false)
             .await;
         // A's own deadline: a round trip after it sent its campaign.
         let gave_up = grant_then_give_up(&cx, &link, campaign, granted, rt).await?;

@@ -484,10 +484,9 @@ pub async fn an_unenforced_max_ttl_fails_ttl_above_backend_maximum_is_invalid_ar
 pub async fn a_transient_error_taken_for_a_lost_lease_fails_transient_errors_are_not_a_lost_lease()
 {
     let f = MutantFactory::planted(Bug::TransientErrorIsLost);
-    failed_on(
-        &suite::transient_errors_are_not_a_lost_lease(f).await,
-        Property::Contract,
-    );
+    let report = suite::transient_errors_are_not_a_lost_lease(f).await;
+    println!("{}: {:?}", report.case, report.outcome);
+    failed_on(&report, Property::Contract);
 }
 
 /// A client that refuses bad input, writing nothing, but only after a
@@ -508,8 +507,7 @@ pub async fn a_request_before_refusing_fails_the_input_cases_on_requests() {
 
 pub async fn a_grant_kept_when_its_answer_is_lost_fails_dropped_answer_leaves_no_ghost_grant() {
     let f = MutantFactory::planted(Bug::GrantKeptWhenAnswerLost);
-    failed_on(
-        &suite::dropped_answer_leaves_no_ghost_grant(f).await,
-        Property::Contract,
-    );
+    let report = suite::dropped_answer_leaves_no_ghost_grant(f).await;
+    println!("{}: {:?}", report.case, report.outcome);
+    failed_on(&report, Property::Contract);
 }
