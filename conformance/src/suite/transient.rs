@@ -180,12 +180,19 @@ fn ghost_excuse(cx: &Cx) -> Option<&'static str> {
     cx.factory().grant_outlives_lost_answer()
 }
 
-/// A's campaign on a vacant key goes out on a link that drops answers: the
-/// server grants it (a watch on another client sees a elected), but a
-/// never hears so. A gives up after a round trip (its own deadline) and
-/// its link passes again. No grant may be left behind: a standby must lead
-/// within a round trip of a giving up (within TTL + expiry slack + a round
-/// trip where the factory says such a grant outlives its lost answer,
+/// How many points the ghost case tries to drop a's answers at.
+const DROP_POINTS: u32 = 8;
+
+/// A's campaign on a vacant key runs with its answers held back a quarter
+/// round trip each, and its link starts dropping answers at a later point
+/// each round (half a hold, one and a half, ...; each round on a key of
+/// its own), until the server grants a's campaign (a watch on another
+/// client sees a elected) but a never hears so: the request that grants
+/// went out (the answers it needed came back) and its own answer is lost.
+/// A gives up a round trip later (its own deadline) and its link passes
+/// again. No grant may be left behind: a standby must lead within a round
+/// trip of a giving up (within TTL + expiry slack + a round trip where the
+/// factory says such a grant outlives its lost answer,
 /// [`BackendFactory::grant_outlives_lost_answer`]), and a must not believe
 /// it leads.
 pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactory>) -> CaseReport {
@@ -205,25 +212,65 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
                 "the factory cannot drop a client's answers".into(),
             ));
         };
-        let key = cx.new_key();
         let rt = cx.timing().round_trip;
-        let mut watcher = Watcher::open(&cc, &key).await?;
-        watcher
-            .until(&cx, rt, "the vacant key", vacant, |_| false)
-            .await?;
-        let a = elector(&cx, &ca, &key, "a")?;
-        link.set(LinkFault::DropAnswers)
-            .await
-            .ctx("dropping a's answers")?;
-        let campaign = tokio::spawn({
-            let a = a.clone();
-            async move { a.campaign().await }
-        });
-        let granted = watcher
-            .until(&cx, rt, "a's grant on the server", elected(&cx, "a"), |_| false)
-            .await;
-        // A's own deadline: a round trip after it sent its campaign.
-        let gave_up = grant_then_give_up(&cx, &link, campaign, granted, rt).await?;
+        let hold = rt / 4;
+        let mut unanswered = None;
+        for point in 0..DROP_POINTS {
+            let drop_after = hold / 2 + hold * point;
+            let key = cx.new_key();
+            let mut watcher = Watcher::open(&cc, &key).await?;
+            watcher
+                .until(&cx, rt, "the vacant key", vacant, |_| false)
+                .await?;
+            let a = elector(&cx, &ca, &key, "a")?;
+            link.set(LinkFault::DelayAnswers(hold))
+                .await
+                .ctx("holding a's answers")?;
+            let mut campaign = tokio::spawn({
+                let a = a.clone();
+                async move { a.campaign().await }
+            });
+            if let Ok(finished) = tokio::time::timeout(drop_after, &mut campaign).await {
+                // Every answer came back before this drop point: so would
+                // they at every later one.
+                link.set(LinkFault::Pass).await.ctx("a's link passes")?;
+                let leadership = finished
+                    .map_err(|e| Failure::Fail(format!("a's campaign task: {e}")))?
+                    .ctx("a campaigns")?;
+                Leader::new(&cx, leadership).resign().await?;
+                break;
+            }
+            link.set(LinkFault::DropAnswers)
+                .await
+                .ctx("dropping a's answers")?;
+            let granted = watcher
+                .until(&cx, rt, "a's grant on the server", elected(&cx, "a"), |_| false)
+                .await;
+            match granted {
+                Ok(_) => {
+                    let gave_up = give_up(&cx, &link, campaign, rt).await?;
+                    unanswered = Some((key, a, gave_up, drop_after));
+                    break;
+                }
+                Err(Failure::Fail(_)) => {
+                    // The request that grants did not go out: an answer it
+                    // needed was lost. Try a later point, on a fresh key.
+                    campaign.abort();
+                    link.set(LinkFault::Pass).await.ctx("a's link passes")?;
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        let Some((key, a, gave_up, drop_after)) = unanswered else {
+            return Err(Failure::Fail(format!(
+                "no drop point (every {hold:?} up to {:?}) lost the answer of a campaign the \
+                 server granted",
+                hold / 2 + hold * (DROP_POINTS - 1)
+            )));
+        };
+        cx.note(format!(
+            "a's answers dropped from {drop_after:?} into its campaign: granted, never answered"
+        ));
         let bound = match ghost_excuse(&cx) {
             Some(why) => {
                 cx.note(format!("a grant outlives its lost answer: {why}"));
@@ -256,26 +303,15 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
     .await
 }
 
-/// Checks that a's campaign was granted on the server but not answered,
-/// gives it up a round trip later, lets a's link pass, and returns when a
-/// gave up.
-async fn grant_then_give_up(
+/// Gives a's campaign, granted on the server but not answered, a round
+/// trip to answer (it must not), gives it up, lets a's link pass, and
+/// returns when a gave up.
+async fn give_up(
     cx: &Cx,
     link: &Arc<dyn Link>,
     mut campaign: tokio::task::JoinHandle<tenure_core::Result<tenure_core::Leadership>>,
-    granted: Step<Instant>,
     rt: Duration,
 ) -> Step<Instant> {
-    if let Err(why) = granted {
-        campaign.abort();
-        link.set(LinkFault::Pass).await.ctx("a's link passes")?;
-        return Err(match why {
-            Failure::Fail(why) => Failure::Fail(format!(
-                "a's campaign, on a link that drops answers only, was not granted: {why}"
-            )),
-            other => other,
-        });
-    }
     let answered = tokio::time::timeout(rt, &mut campaign).await;
     campaign.abort();
     let gave_up = Instant::now();

@@ -257,21 +257,34 @@ impl Faults {
 
     /// The way back from the server, on `connection`: waits as configured;
     /// fails if the connection is reset meanwhile, or if answers are
-    /// dropped (once they are let through again).
+    /// dropped before it is delivered (then once they are let through
+    /// again, as the reset of a connection out of step).
     pub(crate) async fn response(&self, connection: Connection) -> Result<()> {
         self.on(connection, async {
-            if self.state.borrow().drop_answers {
+            let dropped = async {
+                let mut rx = self.state.subscribe();
+                // The sender lives as long as `self`, so this cannot fail.
+                let _ = rx.wait_for(|s| s.drop_answers).await;
+            };
+            let delivered = async {
+                self.wait_connected().await;
+                let delay = self.state.borrow().response_delay;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            };
+            let lost = tokio::select! {
+                biased;
+                () = dropped => true,
+                () = delivered => false,
+            };
+            if lost {
                 let mut rx = self.state.subscribe();
                 // The sender lives as long as `self`, so this cannot fail.
                 let _ = rx.wait_for(|s| !s.drop_answers).await;
                 return Err(unavailable(
                     "the answer was lost; the connection, out of step, was reset",
                 ));
-            }
-            self.wait_connected().await;
-            let delay = self.state.borrow().response_delay;
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
             }
             Ok(())
         })
