@@ -271,7 +271,8 @@ async fn a_server_clock_1pct_fast_passes_every_case_within_the_drift_margin() {
     // input) first, before other cases leave renewers and expiries behind;
     // the timed ones last, once the others are done; the rest at once.
     let cases = tenure_conformance::CASES;
-    let counting = |name: &str| name.ends_with("_is_invalid_argument") || name.starts_with("elector_rejects");
+    let counting =
+        |name: &str| name.ends_with("_is_invalid_argument") || name.starts_with("elector_rejects");
     let mut reports = Vec::new();
     for case in cases.iter().filter(|c| counting(c.name)) {
         reports.push((case.run)(factory.clone()).await);
@@ -287,7 +288,10 @@ async fn a_server_clock_1pct_fast_passes_every_case_within_the_drift_margin() {
     assert_eq!(reports.len(), cases.len());
     for report in reports {
         if report.case == JUDGES_THE_SERVER_CLOCK {
-            println!("server clock 1 % fast: {}: {:?}", report.case, report.outcome);
+            println!(
+                "server clock 1 % fast: {}: {:?}",
+                report.case, report.outcome
+            );
         }
         match &report.outcome {
             Outcome::Skipped(_)
@@ -326,7 +330,10 @@ async fn a_server_clock_5pct_fast_breaks_exclusive_in_the_expiry_cases() {
         suite::crashed_leader_taken_over_after_ttl(fast()).await,
         suite::partitioned_leader_steps_down_before_anyone_else_leads(fast()).await,
     ] {
-        println!("server clock 5 % fast: {}: {:?}", report.case, report.outcome);
+        println!(
+            "server clock 5 % fast: {}: {:?}",
+            report.case, report.outcome
+        );
         assert!(
             matches!(report.outcome, Outcome::Fail(_))
                 && report

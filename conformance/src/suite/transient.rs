@@ -28,9 +28,7 @@ const RESETS: u32 = 4;
 /// before the fault, and an error from the fault, if one came back by its
 /// end, retryable. A standby waits throughout and must not be granted; once the
 /// leader resigns it leads within a round trip.
-pub async fn transient_errors_are_not_a_lost_lease(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
+pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "transient_errors_are_not_a_lost_lease",
         contract: "5, 7",
@@ -56,7 +54,9 @@ pub async fn transient_errors_are_not_a_lost_lease(
         let started = Instant::now();
         for i in 0..RESETS {
             sleep_until_or_lost(&cx, &a, started + window * i / RESETS, "reset").await?;
-            link.set(LinkFault::Reset).await.ctx("resetting a's connections")?;
+            link.set(LinkFault::Reset)
+                .await
+                .ctx("resetting a's connections")?;
         }
         sleep_until_or_lost(&cx, &a, started + window, "reset").await?;
         link.set(LinkFault::Pass).await.ctx("a's link passes")?;
@@ -65,7 +65,9 @@ pub async fn transient_errors_are_not_a_lost_lease(
         // Fail the calls: nothing reaches the server for a while.
         let window = fault_window(&cx, &a).await?;
         let started = Instant::now();
-        link.set(LinkFault::FailCalls).await.ctx("failing a's calls")?;
+        link.set(LinkFault::FailCalls)
+            .await
+            .ctx("failing a's calls")?;
         sleep_until_or_lost(&cx, &a, started + window, "failed calls").await?;
         let health = a_elector.health();
         link.set(LinkFault::Pass).await.ctx("a's link passes")?;
@@ -73,9 +75,7 @@ pub async fn transient_errors_are_not_a_lost_lease(
         // one is as old as the fault), and a call that failed within it
         // failed as a retryable error, not a lost lease. (A client that
         // retries within its call may have none to show yet.)
-        let stale = health
-            .since_last_renewal
-            .is_some_and(|age| age >= window);
+        let stale = health.since_last_renewal.is_some_and(|age| age >= window);
         cx.check(Property::Contract, stale, || {
             format!(
                 "every call of a's failed for {window:?}, but its elector's health shows a \
@@ -136,18 +136,22 @@ async fn fault_window(cx: &Cx, a: &Leader) -> Step<Duration> {
 fn not_lost(cx: &Cx, a: &Leader, when: &str) -> Step {
     let ended = a.term.ended();
     let lost = a.lost().now_or_never();
-    cx.check(Property::Contract, ended.is_none() && lost.is_none(), || {
-        let left = a
-            .term
-            .valid_until()
-            .checked_duration_since(Instant::now())
-            .map_or("after".into(), |d| format!("{d:?} before"));
-        format!(
-            "a's term ended ({:?}) {when}, {left} its valid_until: a transient error was \
+    cx.check(
+        Property::Contract,
+        ended.is_none() && lost.is_none(),
+        || {
+            let left = a
+                .term
+                .valid_until()
+                .checked_duration_since(Instant::now())
+                .map_or("after".into(), |d| format!("{d:?} before"));
+            format!(
+                "a's term ended ({:?}) {when}, {left} its valid_until: a transient error was \
              taken for a lost lease",
-            lost.map(|(_, r)| r).or(ended)
-        )
-    })
+                lost.map(|(_, r)| r).or(ended)
+            )
+        },
+    )
 }
 
 /// Sleeps until `at`, failing the case as soon as `a`'s term ends.
@@ -209,11 +213,7 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
         quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
-        let (ca, cb, cc) = (
-            cx.client().await?,
-            cx.client().await?,
-            cx.client().await?,
-        );
+        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let Some(link) = ca.link.clone() else {
             return Err(Failure::Skip(
                 "the factory cannot drop a client's answers".into(),
@@ -251,7 +251,13 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
                 .await
                 .ctx("dropping a's answers")?;
             let granted = watcher
-                .until(&cx, rt, "a's grant on the server", elected(&cx, "a"), |_| false)
+                .until(
+                    &cx,
+                    rt,
+                    "a's grant on the server",
+                    elected(&cx, "a"),
+                    |_| false,
+                )
                 .await;
             match granted {
                 Ok(_) => {
