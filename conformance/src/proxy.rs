@@ -121,8 +121,10 @@ impl FaultProxy {
         let accept_loop = tokio::spawn(accept_loop(
             listener,
             upstream,
-            mode_rx,
-            resets.clone(),
+            Switches {
+                mode: mode_rx,
+                resets: resets.clone(),
+            },
             open.clone(),
             opened.clone(),
             forwarded.clone(),
@@ -196,13 +198,13 @@ impl Drop for FaultProxy {
 async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
-    mode: watch::Receiver<Mode>,
-    resets: Arc<watch::Sender<u64>>,
+    switches: Switches,
     open: Arc<AtomicUsize>,
     opened: Arc<AtomicUsize>,
     forwarded: Forwarded,
     tap: Option<Arc<dyn Tap>>,
 ) {
+    let Switches { mode, resets } = switches;
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -220,6 +222,13 @@ async fn accept_loop(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+}
+
+/// What the proxy's owner switches: the mode, and resets of the
+/// connections open at the time.
+struct Switches {
+    mode: watch::Receiver<Mode>,
+    resets: Arc<watch::Sender<u64>>,
 }
 
 /// When bytes were last written towards the upstream.
