@@ -99,6 +99,7 @@ fn tests() -> Vec<Trial> {
         a_request_before_refusing_fails_the_input_cases_on_requests,
         a_transient_error_taken_for_a_lost_lease_fails_transient_errors_are_not_a_lost_lease,
         a_grant_kept_when_its_answer_is_lost_fails_dropped_answer_leaves_no_ghost_grant,
+        a_grant_kept_until_its_ttl_is_excused_where_the_factory_declares_it,
     )
 }
 

@@ -511,3 +511,44 @@ pub async fn a_grant_kept_when_its_answer_is_lost_fails_dropped_answer_leaves_no
     println!("{}: {:?}", report.case, report.outcome);
     failed_on(&report, Property::Contract);
 }
+
+/// A factory that says a grant whose answer was lost outlives it until its
+/// TTL runs out (`grant_outlives_lost_answer`), around another.
+struct GrantsOutliveLostAnswers(std::sync::Arc<dyn tenure_conformance::BackendFactory>);
+
+#[tenure_conformance::async_trait]
+impl tenure_conformance::BackendFactory for GrantsOutliveLostAnswers {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn capabilities(&self) -> tenure_core::Capabilities {
+        self.0.capabilities()
+    }
+    async fn client(&self) -> tenure_core::Result<tenure_conformance::Client> {
+        self.0.client().await
+    }
+    fn timing(&self) -> tenure_conformance::factory::Timing {
+        self.0.timing()
+    }
+    async fn waiting(&self, key: &tenure_core::ElectionKey) -> Option<tenure_core::Result<usize>> {
+        self.0.waiting(key).await
+    }
+    fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
+        Some("the planted bug keeps it until its TTL")
+    }
+}
+
+/// Where the factory declares that a grant outlives its lost answer, the
+/// same bug is excused: the standby leads once the ghost's TTL ran out.
+pub async fn a_grant_kept_until_its_ttl_is_excused_where_the_factory_declares_it() {
+    let f = MutantFactory::planted(Bug::GrantKeptWhenAnswerLost);
+    let report = suite::dropped_answer_leaves_no_ghost_grant(std::sync::Arc::new(
+        GrantsOutliveLostAnswers(f),
+    ))
+    .await;
+    report.assert_ok();
+    assert!(
+        report.notes.iter().any(|n| n.contains("outlives")),
+        "{report:#?}"
+    );
+}
