@@ -18,6 +18,9 @@ mod types;
 
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
+#[cfg(feature = "__elector_mutants")]
+#[doc(hidden)]
+pub use elector::ElectorBug;
 pub use elector::{
     default_identity, heartbeat_runtime, Elector, ElectorBuilder, ElectorState, Health, Leadership,
     RenewOn, Term, Unhealthy, DEFAULT_TTL,

@@ -3,6 +3,7 @@
 mod health;
 mod identity;
 mod observe;
+mod planted;
 mod renewal;
 mod runtime;
 mod term;
@@ -18,6 +19,10 @@ use tokio::sync::{oneshot, watch};
 use health::Reporter;
 pub use health::{Health, Unhealthy};
 pub use identity::default_identity;
+#[cfg(feature = "__elector_mutants")]
+#[doc(hidden)]
+pub use planted::ElectorBug;
+use planted::Planted;
 pub use runtime::{heartbeat_runtime, RenewOn};
 pub use term::{Leadership, Term};
 use term::{Standing, Status, TermShared};
@@ -67,6 +72,8 @@ pub(crate) struct Settings {
     pub retry_min: Duration,
     pub retry_max: Duration,
     pub renew_on: RenewOn,
+    /// A bug planted for the conformance suite's tests (none otherwise).
+    pub planted: Planted,
 }
 
 /// Builds an [`Elector`]; see [`Elector::builder`].
@@ -83,6 +90,7 @@ pub struct ElectorBuilder {
     retry: (Duration, Duration),
     renew_on: RenewOn,
     allow_unfenced: bool,
+    planted: Planted,
 }
 
 impl ElectorBuilder {
@@ -151,6 +159,17 @@ impl ElectorBuilder {
     /// Elector logs one WARN when it is built.
     pub fn allow_unfenced(mut self) -> Self {
         self.allow_unfenced = true;
+        self
+    }
+
+    /// Plants `bug` in the elector being built: for the conformance
+    /// suite's own tests, which prove its cases catch an Elector that
+    /// breaks its promises. Test-only (feature `__elector_mutants`), not
+    /// part of the API.
+    #[cfg(feature = "__elector_mutants")]
+    #[doc(hidden)]
+    pub fn plant(mut self, bug: ElectorBug) -> Self {
+        self.planted = Planted::new(bug);
         self
     }
 
@@ -239,6 +258,7 @@ impl ElectorBuilder {
                     retry_min,
                     retry_max,
                     renew_on: self.renew_on,
+                    planted: self.planted,
                 }),
                 shutdown,
                 active: Arc::new(watch::Sender::new(0)),
@@ -329,6 +349,7 @@ impl Elector {
             retry: (Duration::from_millis(50), Duration::from_secs(2)),
             renew_on: RenewOn::default(),
             allow_unfenced: false,
+            planted: Planted::default(),
         }
     }
 
@@ -413,7 +434,8 @@ impl Elector {
     /// and campaigns again, until [`shutdown`](Self::shutdown).
     ///
     /// Each term's lease is released before the next campaign starts, and
-    /// before `run` returns; [`shutdown`](Self::shutdown) waits for `run`
+    /// before `run` returns; at shutdown, `work` is dropped before the
+    /// lease is released. [`shutdown`](Self::shutdown) waits for `run`
     /// to return (so do not await `shutdown` inside `work`: `work` is
     /// cancelled by it).
     ///
@@ -434,15 +456,34 @@ impl Elector {
                 Err(error) => return Err(error),
             };
             let term = leadership.term();
-            let work = work(leadership);
-            let stop = tokio::select! {
-                _ = work => false,
-                reason = term.lost() => {
-                    tracing::info!(key = %term.key(), identity = %term.identity(), %reason, "leadership ended; cancelling the leader's work");
-                    false
+            term.shared.in_run.store(true, Ordering::SeqCst);
+            let stop = {
+                let work = work(leadership);
+                tokio::pin!(work);
+                let stop = tokio::select! {
+                    _ = &mut work => false,
+                    reason = term.lost() => {
+                        tracing::info!(key = %term.key(), identity = %term.identity(), %reason, "leadership ended; cancelling the leader's work");
+                        false
+                    }
+                    _ = shut_down(&mut shutdown) => true,
+                };
+                match self
+                    .inner
+                    .settings
+                    .planted
+                    .is(planted::ElectorBug::RunNotCancelled)
+                {
+                    // The planted bug: the work goes on after the loss.
+                    true if !stop => tokio::select! {
+                        _ = &mut work => false,
+                        _ = shut_down(&mut shutdown) => true,
+                    },
+                    _ => stop,
                 }
-                _ = shut_down(&mut shutdown) => true,
             };
+            // The work is dropped: at shutdown, the renewer may now release.
+            term.shared.work_dropped.cancel();
             // The work (and with it the Leadership) is dropped: the renewer
             // releases the lease; wait until it has.
             term.settled().await;
@@ -476,6 +517,15 @@ impl Elector {
     /// behind that a standby would have to wait out.
     pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        if self
+            .inner
+            .settings
+            .planted
+            .is(planted::ElectorBug::ShutdownEarly)
+        {
+            self.inner.state.send_replace(ElectorState::Stopped);
+            return;
+        }
         let mut active = self.inner.active.subscribe();
         let _ = active.wait_for(|n| *n == 0).await;
         crate::hosted::cleanups_finished().await;
@@ -563,6 +613,9 @@ impl Elector {
                 settled: false,
             }),
             cancel: tokio_util::sync::CancellationToken::new(),
+            planted: settings.planted,
+            in_run: false.into(),
+            work_dropped: tokio_util::sync::CancellationToken::new(),
             standing: term_no.map(|no| Standing {
                 state: self.inner.state.clone(),
                 terms: self.inner.terms.clone(),

@@ -7,6 +7,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::health::Reporter;
+use super::planted::ElectorBug;
 use super::term::{StepDown, TermShared};
 use super::Settings;
 use crate::backoff::{jittered, Backoff};
@@ -43,8 +44,12 @@ pub(crate) async fn renew_until_lost(
                 // Any renewal in flight is cancelled here; the backend's release
                 // copes with that (contract, point 8).
                 let reply = request.ok().map(|r| r.reply);
-                term.end(LossReason::Resigned);
+                let planted = settings.planted.is(ElectorBug::ReleaseBeforeEnd);
+                if !planted {
+                    term.end(LossReason::Resigned);
+                }
                 let result = release(&*backend, &lease, &settings).await;
+                term.end(LossReason::Resigned);
                 match &result {
                     Ok(()) => tracing::info!(key, identity, token, "resigned"),
                     Err(error) => {
@@ -58,7 +63,12 @@ pub(crate) async fn renew_until_lost(
                 return;
             }
             _ = super::shut_down(&mut shutdown) => {
-                term.end(LossReason::Shutdown);
+                if !settings.planted.is(ElectorBug::ReleaseBeforeEnd) {
+                    term.end(LossReason::Shutdown);
+                }
+                // A term `run` leads: its work is cancelled before the
+                // release lets anyone else lead.
+                term.work_dropped(deadline).await;
                 match release(&*backend, &lease, &settings).await {
                     Ok(()) => tracing::info!(key, identity, token, "resigned at shutdown"),
                     Err(error) => {
@@ -67,6 +77,7 @@ pub(crate) async fn renew_until_lost(
                         tracing::warn!(key, identity, token, %error, "resigned at shutdown; release failed, the lease will expire");
                     }
                 }
+                term.end(LossReason::Shutdown);
                 return;
             }
             reason = lease.loss_signalled() => {
@@ -95,6 +106,11 @@ pub(crate) async fn renew_until_lost(
             }
             (renewed, took) = attempt => match renewed {
                 Ok(renewed) => {
+                    let renewed = match settings.planted.is(ElectorBug::RenewFromAnswer) {
+                        // The planted bug: the deadline counts from the answer.
+                        true => renewed.renewed(Instant::now(), renewed.handle().clone()),
+                        false => renewed,
+                    };
                     reporter.renewal(took, Ok(renewed.sent_at()));
                     lease = renewed;
                     retry.reset();
@@ -193,6 +209,7 @@ mod tests {
             retry_min: Duration::from_millis(10),
             retry_max: Duration::from_millis(100),
             renew_on: RenewOn::CurrentRuntime,
+            planted: Default::default(),
         }
     }
 

@@ -9,6 +9,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::planted::{ElectorBug, Planted};
 use super::ElectorState;
 use crate::{CandidateId, ElectionKey, FencingToken, LossReason, Result};
 
@@ -27,6 +28,13 @@ pub(crate) struct TermShared {
     pub status: watch::Sender<Status>,
     /// Cancelled when the term ends ([`Term::cancellation_token`]).
     pub cancel: CancellationToken,
+    /// A bug planted for the conformance suite's tests (none otherwise).
+    pub planted: Planted,
+    /// Set while `Elector::run` runs the term's work: at shutdown the
+    /// renewer releases only once `run` has dropped it.
+    pub in_run: std::sync::atomic::AtomicBool,
+    /// Cancelled once `run` has dropped the term's work.
+    pub work_dropped: CancellationToken,
     /// The elector's state, which shows this term as leading until it ends.
     pub standing: Option<Standing>,
 }
@@ -58,6 +66,17 @@ impl Standing {
 }
 
 impl TermShared {
+    /// Resolves once nothing of `run` holds the term's work any more (at
+    /// once for a term `run` does not lead), or at `deadline`.
+    pub async fn work_dropped(&self, deadline: Instant) {
+        if self.in_run.load(Ordering::SeqCst) {
+            tokio::select! {
+                _ = self.work_dropped.cancelled() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
     /// Ends the term (first reason wins). Called before any release is sent,
     /// so nobody here believes it leads once anyone else could.
     pub fn end(&self, reason: LossReason) -> bool {
@@ -132,6 +151,14 @@ impl Term {
     /// Resolves when the term ends, for any reason, at the latest at the
     /// deadline (timed on the caller's own runtime as well as by the renewer).
     pub async fn lost(&self) -> LossReason {
+        let reason = self.lost_now().await;
+        if let Some(late) = self.shared.planted.lost_late() {
+            tokio::time::sleep(late).await; // the planted bug
+        }
+        reason
+    }
+
+    async fn lost_now(&self) -> LossReason {
         let mut rx = self.shared.status.subscribe();
         loop {
             let s = *rx.borrow_and_update();
@@ -221,7 +248,9 @@ impl Leadership {
             return Ok(());
         };
         // Stop believing first; only then may the release go out.
-        self.term.shared.end(LossReason::Resigned);
+        if !self.term.shared.planted.is(ElectorBug::ReleaseBeforeEnd) {
+            self.term.shared.end(LossReason::Resigned);
+        }
         if tx.send(StepDown { reply }).is_err() {
             return Ok(()); // the renewer already finished: the term was lost
         }
@@ -244,7 +273,7 @@ impl fmt::Debug for Leadership {
 
 impl Drop for Leadership {
     fn drop(&mut self) {
-        if self.step_down.is_some() {
+        if self.step_down.is_some() && !self.term.shared.planted.is(ElectorBug::ReleaseBeforeEnd) {
             // Closing the channel tells the renewer to end the term and release.
             // Mark the term over now, so clones of the Term stop at once too.
             self.term.shared.end(LossReason::Resigned);
