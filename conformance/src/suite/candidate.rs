@@ -1,9 +1,11 @@
 //! Candidates as the cases drive them: a raw lease holder on a client, and
 //! an Elector's leadership, both reporting to the case's safety observers.
 
+use std::sync::{Arc, Mutex};
 use tenure_core::{
     AcquireMode, Acquisition, ElectionKey, Elector, LeaderInfo, Leadership, Lease, LossReason, Term,
 };
+
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -60,6 +62,10 @@ fn granted(
         now,
         lease.valid_until(),
     );
+    if let Some(forwarded) = client.link.as_ref().and_then(|l| l.last_request_at()) {
+        cx.safety()
+            .granted_after(term, forwarded.max(lease.sent_at()));
+    }
     Ok(Holder {
         cx: cx.clone(),
         client: client.clone(),
@@ -227,16 +233,23 @@ impl Holder {
     }
 }
 
-/// An Elector for `name` on `key`, with the case's TTL.
+/// An Elector for `name` on `key`, with the case's TTL. The client's link
+/// is remembered, to time the elector's grants by what it forwarded.
 pub fn elector(cx: &Cx, client: &Client, key: &ElectionKey, name: &str) -> Step<Elector> {
-    Elector::builder(client.backend.clone())
+    cx.remember_link(client);
+    let builder = Elector::builder(client.backend.clone())
         .key(key.as_str())
         .identity(cx.identity(name).as_str())
         .ttl(cx.ttl())
         .retry_backoff(cx.timing().round_trip / 10, cx.timing().round_trip)
         // The suite judges a backend by what it declares: one that cannot
         // fence has its fencing checks recorded, not refused up front.
-        .allow_unfenced()
+        .allow_unfenced();
+    let builder = match &cx.0.elector_hook {
+        Some(hook) => hook(builder),
+        None => builder,
+    };
+    builder
         .build()
         .ctx(format_args!("building {name}'s elector"))
 }
@@ -254,11 +267,33 @@ pub struct Leader {
 }
 
 impl Leader {
-    /// Records a leadership that `campaign` just returned, and watches for its loss.
+    /// Records a leadership that `campaign` just returned, and watches for
+    /// its loss: the term ends in the safety recorder when its own
+    /// [`Term::lost`] resolves, never by the case's say-so.
     pub fn new(cx: &Cx, leadership: Leadership) -> Leader {
+        Self::granted(cx, leadership, None)
+    }
+
+    /// As [`new`](Self::new), for a leadership that `from`'s campaign just
+    /// returned: where its client's link tells when it forwarded requests,
+    /// the grant is taken to come no earlier than the later of the last
+    /// request forwarded before the answer and the instant the grant's
+    /// deadline counts from (its `valid_until` less the TTL and drift
+    /// margin); elsewhere, at the answer.
+    pub fn granted(cx: &Cx, leadership: Leadership, from: Option<&Elector>) -> Leader {
         let now = Instant::now();
         let term = leadership.term();
+        let forwarded = from.and_then(|e| {
+            let link = cx.link_of(e.backend())?;
+            let candidacy = e.candidacy();
+            let counted = candidacy.ttl().checked_sub(candidacy.drift_margin())?;
+            let sent = term.valid_until().checked_sub(counted)?;
+            Some(link.last_request_at()?.max(sent))
+        });
         let id = cx.safety().begin_term(&term, now);
+        if let Some(at) = forwarded {
+            cx.safety().granted_after(id, at);
+        }
         let (tx, lost) = watch::channel(None);
         let (watched, safety) = (term.clone(), cx.clone());
         tokio::spawn(async move {
@@ -282,7 +317,7 @@ impl Leader {
             .within(limit, "campaign", elector.campaign())
             .await?
             .ctx("campaign")?;
-        Ok(Leader::new(cx, leadership))
+        Ok(Leader::granted(cx, leadership, Some(elector)))
     }
 
     /// When and why the term ended, once observed.
@@ -295,9 +330,9 @@ impl Leader {
         seen.unwrap_or((Instant::now(), LossReason::Expired))
     }
 
-    /// Resigns; the term ends before the release is sent.
+    /// Resigns. The Elector must end the term before it sends the release;
+    /// the recorder hears of the end from the term's own `lost()`.
     pub async fn resign(&mut self) -> Step {
-        self.cx.safety().end(self.id, Instant::now());
         match self.leadership.take() {
             Some(l) => l.resign().await.ctx("resign"),
             None => Ok(()),
@@ -323,7 +358,7 @@ impl Standby {
         let cx = cx.clone();
         let handle = tokio::spawn(async move {
             let leadership = elector.campaign().await.ctx("standby campaign")?;
-            Ok(Leader::new(&cx, leadership))
+            Ok(Leader::granted(&cx, leadership, Some(&elector)))
         });
         Standby { handle }
     }
@@ -336,7 +371,7 @@ impl Standby {
         let handle = tokio::spawn(async move {
             let leadership = elector.campaign().await.ctx("standby campaign")?;
             first();
-            Ok(Leader::new(&cx, leadership))
+            Ok(Leader::granted(&cx, leadership, Some(&elector)))
         });
         Standby { handle }
     }
@@ -377,5 +412,101 @@ impl Standby {
 impl Drop for Standby {
     fn drop(&mut self) {
         self.handle.abort();
+    }
+}
+
+/// Timestamps its own drop: the work an elector's `run` runs holds one,
+/// so a case sees when `run` cancelled it.
+struct DropStamp(Arc<Mutex<Option<Instant>>>);
+
+impl Drop for DropStamp {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// An elector's [`run`](Elector::run) in the background. Its work records
+/// each term as a [`Leader`], holds it until cancelled, and holds a guard
+/// that timestamps its drop: when `run` cancelled the work.
+pub struct Running {
+    /// `run`'s task.
+    pub handle: tokio::task::JoinHandle<tenure_core::Result<()>>,
+    led: watch::Receiver<Option<(TermId, Term)>>,
+    cancelled: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Running {
+    /// Starts `elector`'s `run`.
+    pub fn start(cx: &Cx, elector: &Elector) -> Running {
+        let (tx, led) = watch::channel(None);
+        let cancelled = Arc::new(Mutex::new(None));
+        let (cx, elector, stamp) = (cx.clone(), elector.clone(), cancelled.clone());
+        let handle = tokio::spawn(async move {
+            let from = elector.clone();
+            elector
+                .run(move |leadership| {
+                    let stamp = DropStamp(stamp.clone());
+                    let leader = Leader::granted(&cx, leadership, Some(&from));
+                    tx.send_replace(Some((leader.id, leader.term.clone())));
+                    async move {
+                        let _held = (stamp, leader);
+                        std::future::pending::<()>().await
+                    }
+                })
+                .await
+        });
+        Running {
+            handle,
+            led,
+            cancelled,
+        }
+    }
+
+    /// Waits (at most `limit`) for `run` to lead: its term.
+    pub async fn leads(&self, cx: &Cx, limit: std::time::Duration) -> Step<(TermId, Term)> {
+        let mut led = self.led.clone();
+        let seen = cx
+            .within(limit, "run leading", led.wait_for(Option::is_some))
+            .await?
+            .map(|v| v.clone().expect("waited for Some"));
+        seen.map_err(|_| super::context::Failure::Fail("run ended before it led".into()))
+    }
+
+    /// When `run` last cancelled (dropped) its work, if it has.
+    pub fn cancelled_at(&self) -> Option<Instant> {
+        *self.cancelled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks that `run` cancelled the work of `term` before `successor`
+    /// was granted (its [`granted_after`](super::TermRecord::granted_after)),
+    /// and by the term's `valid_until` (plus `late`: a term that expires
+    /// ends at its deadline, and the work is cancelled right after).
+    pub fn cancelled_in_time(
+        &self,
+        cx: &Cx,
+        term: &Term,
+        successor: TermId,
+        late: std::time::Duration,
+    ) -> Step {
+        let granted = cx.safety().get(successor).granted_after;
+        let Some(at) = self.cancelled_at() else {
+            let why = "run's work was still running after its term ended and another \
+                       candidate was granted";
+            cx.check(Property::Exclusive, false, || why.into())?;
+            return Err(super::context::Failure::Fail(why.into()));
+        };
+        cx.check(Property::Exclusive, at < granted, || {
+            format!(
+                "run cancelled its work {:?} after the next leader was granted",
+                at - granted
+            )
+        })?;
+        let deadline = term.valid_until();
+        cx.check(Property::Timing, at <= deadline + late, || {
+            format!(
+                "run cancelled its work {:?} after the term's valid_until",
+                at - deadline
+            )
+        })
     }
 }

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tenure_core::{Candidacy, CandidateId, Capabilities, ElectionKey};
+use tenure_core::{Candidacy, CandidateId, Capabilities, ElectionKey, ElectorBuilder};
 
 use super::safety::{FencedStore, SafetyRecorder};
-use crate::factory::{BackendFactory, Client, Timing};
+use crate::factory::{BackendFactory, Client, Link, Timing};
 use crate::report::{Expect, Figures, Property, Violation};
 
 /// Cases begun in this process, for their keys' tags.
@@ -46,6 +46,23 @@ impl<T> Context<T> for tenure_core::Result<T> {
     }
 }
 
+/// A change made to every Elector a case builds (see [`with_elector_hook`]).
+#[doc(hidden)]
+pub type ElectorHook = Arc<dyn Fn(ElectorBuilder) -> ElectorBuilder + Send + Sync>;
+
+tokio::task_local! {
+    static ELECTOR_HOOK: ElectorHook;
+}
+
+/// Runs `case` (a suite case's future) with `hook` applied to every
+/// Elector its body builds through the suite's own builder, so that the
+/// suite's tests can plant a bug in the Elector itself (test-only, not
+/// part of the API).
+#[doc(hidden)]
+pub async fn with_elector_hook<F: Future>(hook: ElectorHook, case: F) -> F::Output {
+    ELECTOR_HOOK.scope(hook, case).await
+}
+
 #[derive(Default)]
 pub(crate) struct Log {
     pub passed: u32,
@@ -62,6 +79,11 @@ pub(crate) struct Inner {
     pub safety: SafetyRecorder,
     pub store: FencedStore,
     pub log: Mutex<Log>,
+    /// The link of each client an elector of the case was built on, by
+    /// the address of the client's backend.
+    links: Mutex<Vec<(usize, Arc<dyn Link>)>>,
+    /// Applied to every Elector the case builds ([`with_elector_hook`]).
+    pub elector_hook: Option<ElectorHook>,
     seq: AtomicU64,
     tag: String,
 }
@@ -96,6 +118,8 @@ impl Cx {
             safety: SafetyRecorder::default(),
             store: FencedStore::default(),
             log: Mutex::default(),
+            links: Mutex::default(),
+            elector_hook: ELECTOR_HOOK.try_with(Arc::clone).ok(),
             seq: AtomicU64::new(0),
             // The process, the time and a count of the cases begun: keys stay
             // apart even for two runs of one case begun in the same millisecond.
@@ -135,6 +159,35 @@ impl Cx {
     /// The fenced store every leader writes through.
     pub fn store(&self) -> &FencedStore {
         &self.0.store
+    }
+
+    fn backend_address(backend: &Arc<dyn tenure_core::LeaseBackend>) -> usize {
+        Arc::as_ptr(backend) as *const () as usize
+    }
+
+    /// Remembers `client`'s link (if it has one), so that a grant to an
+    /// elector built on it can be timed by what the link forwarded.
+    pub(crate) fn remember_link(&self, client: &Client) {
+        if let Some(link) = &client.link {
+            let address = Self::backend_address(&client.backend);
+            let mut links = self.0.links.lock().unwrap_or_else(|e| e.into_inner());
+            if !links.iter().any(|(a, _)| *a == address) {
+                links.push((address, link.clone()));
+            }
+        }
+    }
+
+    /// The link of the client whose backend is `backend`, if remembered.
+    pub(crate) fn link_of(
+        &self,
+        backend: &Arc<dyn tenure_core::LeaseBackend>,
+    ) -> Option<Arc<dyn Link>> {
+        let address = Self::backend_address(backend);
+        let links = self.0.links.lock().unwrap_or_else(|e| e.into_inner());
+        links
+            .iter()
+            .find(|(a, _)| *a == address)
+            .map(|(_, l)| l.clone())
     }
 
     fn next(&self) -> u64 {

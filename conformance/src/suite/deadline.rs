@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tenure_core::{AcquireMode, Acquisition, Lease};
 use tokio::time::Instant;
 
+use super::candidate::{elector, Leader};
 use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
 use crate::factory::{BackendFactory, LinkFault};
@@ -30,7 +31,10 @@ fn counted_from_send(cx: &Cx, what: &str, lease: &Lease, forwarded: Instant) -> 
 /// to a renewal, for a quarter TTL each; the lease's `valid_until` must be at
 /// most the instant the proxy forwarded the call's last request plus TTL less
 /// the drift margin (and expiry lead). A backend stamping `sent_at` when the
-/// answer arrived is a quarter TTL late. (A quarter, not a half: a
+/// answer arrived is a quarter TTL late. A third round holds back the
+/// answer to an Elector's own renewal: the term's `valid_until` must keep
+/// the same bound (an Elector that counts a renewal from its answer is a
+/// quarter TTL late). (A quarter, not a half: a
 /// ZooKeeper client gives a connection up after a third of the session
 /// timeout without any answer.)
 pub async fn deadline_counts_from_send_under_delayed_answers(
@@ -99,7 +103,41 @@ pub async fn deadline_counts_from_send_under_delayed_answers(
             forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
         counted_from_send(&cx, "renewal", &renewed, forwarded)?;
         cx.safety().end(term, Instant::now());
-        client.backend.release(&renewed).await.ctx("a releases")
+        client.backend.release(&renewed).await.ctx("a releases")?;
+
+        // Third round: the Elector's own renewal, on a key of its own.
+        let key = cx.new_key();
+        let b = elector(&cx, &client, &key, "b")?;
+        let mut leader = Leader::campaign(&cx, &b, cx.timing().round_trip).await?;
+        let granted_until = leader.term.valid_until();
+        link.set(LinkFault::DelayAnswers(hold))
+            .await
+            .ctx("holding b's answers")?;
+        // b renews a third of a TTL after its grant; its answer comes a
+        // quarter TTL later.
+        let moved = cx
+            .within(cx.ttl(), "b's renewal with its answers held back", async {
+                while leader.term.valid_until() <= granted_until {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+            })
+            .await;
+        let forwarded = link.last_request_at();
+        link.set(LinkFault::Pass).await.ctx("restoring b's link")?;
+        moved?;
+        let forwarded =
+            forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
+        let candidacy = b.candidacy();
+        let bound = forwarded + (candidacy.ttl() - candidacy.drift_margin());
+        let valid_until = leader.term.valid_until();
+        cx.check(Property::Contract, valid_until <= bound, || {
+            format!(
+                "the elector's renewed deadline is {:?} later than its last request's \
+                 forwarding + TTL - drift margin: counted from the answer, not from the send",
+                valid_until - bound
+            )
+        })?;
+        leader.resign().await
     })
     .await
 }

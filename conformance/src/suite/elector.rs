@@ -7,7 +7,7 @@ use std::time::Duration;
 use tenure_core::LossReason;
 use tokio::time::{sleep, Instant};
 
-use super::candidate::{elector, Holder, Leader, Standby};
+use super::candidate::{elector, Holder, Leader, Running, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
@@ -19,9 +19,13 @@ fn millis(d: Duration) -> f64 {
 }
 
 /// `resign` hands leadership to a campaigning standby at once, and the
-/// resigned term is over before the release is sent. Two candidates hand
-/// over once untimed, then [`Cx::AT_ONCE_SAMPLES`] times, each timed from
-/// the resign call to the standby's grant, with the machine to themselves: the median is within
+/// resigned term is over before the release is sent: the resigner's
+/// answers are held back for half a round trip while it resigns, so the
+/// standby is granted while the release's answer is on its way, and the
+/// witness at that grant finds the resigned term no longer valid. Two
+/// candidates hand over once untimed, then [`Cx::AT_ONCE_SAMPLES`] times,
+/// each timed from the resign call to the standby's grant, with the
+/// machine to themselves: the median is within
 /// [`Timing::at_once`](crate::Timing::at_once), each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> CaseReport {
@@ -42,8 +46,22 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
             leader.write();
             let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
             cx.until_waiting(&key, 1).await?;
+            // The resigner's answers are held back while it resigns: the
+            // standby is granted while the release's answer is on its way.
+            let held = ca.link.is_some() && cb.link.is_some();
+            let releaser = [&ca, &cb][round % 2].link.as_ref().filter(|_| held);
+            if let Some(link) = releaser {
+                link.set(LinkFault::DelayAnswers(rt / 2))
+                    .await
+                    .ctx("holding the resigner's answers")?;
+            }
             let resigned = Instant::now();
             leader.resign().await?;
+            if let Some(link) = releaser {
+                link.set(LinkFault::Pass)
+                    .await
+                    .ctx("restoring the resigner's link")?;
+            }
             let next = standby.leads(&cx, cx.ttl()).await?;
             if round > 0 {
                 samples.push(cx.safety().get(next.id).start - resigned);
@@ -154,6 +172,9 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
 /// A leader cut off from the server loses leadership at its `valid_until`,
 /// strictly before the standby is granted; its write after the new leader's
 /// is refused, and once the link heals it does not disturb the new leader.
+/// Then a leader whose work runs in `Elector::run` is cut off: `run`
+/// cancels the work by the term's `valid_until` (plus a round trip) and
+/// before the standby is granted.
 pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -220,7 +241,23 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
             },
         )?;
         drop(a);
-        b.resign().await
+        b.resign().await?;
+
+        // Again with the leader's work run by `run`: cut off, its term
+        // expires, and `run` cancels the work by the term's deadline and
+        // before anyone else is granted.
+        let a2 = elector(&cx, &ca, &key, "a2")?;
+        let running = Running::start(&cx, &a2);
+        let (_, a2_term) = running.leads(&cx, rt).await?;
+        let standby = Standby::start(&cx, elector(&cx, &cc, &key, "c2")?);
+        cx.until_waiting(&key, 1).await?;
+        let cut = Instant::now();
+        link.set(LinkFault::Blackhole).await.ctx("cutting a2 off")?;
+        let mut c2 = standby.fails_over(&cx, cut, bound).await?;
+        running.cancelled_in_time(&cx, &a2_term, c2.id, rt)?;
+        link.set(LinkFault::Pass).await.ctx("healing a2's link")?;
+        a2.shutdown().await;
+        c2.resign().await
     })
     .await
 }

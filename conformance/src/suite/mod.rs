@@ -47,6 +47,8 @@ pub use contention::{
     racing_single_attempts_grant_exactly_one, racing_standbys_after_expiry_grant_one_at_a_time,
     RACERS, STANDBYS,
 };
+#[doc(hidden)]
+pub use context::{with_elector_hook, ElectorHook};
 pub use context::{Context, Cx, Failure, Step};
 pub use cutoff::standby_sees_failover_when_its_node_is_cut_off;
 pub use deadline::deadline_counts_from_send_under_delayed_answers;

@@ -170,9 +170,15 @@ where
 
 /// The checks every case that recorded terms or writes ends with. Both
 /// figures are taken before either check, so that a case that failed on an
-/// overlap still reports its stale writes.
+/// overlap still reports its stale writes. Overlaps are those of the
+/// recorded intervals and those the witness at each grant saw (a term
+/// still claiming validity when another was granted).
 fn finish_safety(cx: &Cx) -> Step {
-    let overlaps = (cx.safety().len() >= 2).then(|| cx.safety().overlaps());
+    let overlaps = (cx.safety().len() >= 2).then(|| {
+        let mut found = cx.safety().overlaps();
+        found.extend(cx.safety().witnessed_overlaps());
+        found
+    });
     if let Some(overlaps) = &overlaps {
         cx.figures(|f| f.overlaps = Some(overlaps.len() as u64));
     }

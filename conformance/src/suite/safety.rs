@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+use futures::FutureExt;
+
 use tenure_core::{Fence, FencingToken, Term};
 use tokio::time::Instant;
 
@@ -18,11 +20,20 @@ pub struct TermRecord {
     pub token: Option<FencingToken>,
     /// When the candidate learnt it leads.
     pub start: Instant,
+    /// A lower bound on when the backend granted it, the start the overlap
+    /// check judges by: no later than `start`; where the candidate's link
+    /// tells when it forwarded requests, the later of the last request it
+    /// forwarded before the answer and the instant the grant's deadline
+    /// counts from (see [`SafetyRecorder::granted_after`]).
+    pub granted_after: Instant,
     /// Its local deadline, as last extended.
     pub valid_until: Instant,
     /// When it stopped believing it leads (stepped down, saw the loss, crashed).
     pub ended: Option<Instant>,
     live: Option<Term>,
+    /// The Elector terms of the key the witness at this grant found over
+    /// (not valid, their `lost()` resolved).
+    seen_over: Vec<TermId>,
 }
 
 impl TermRecord {
@@ -46,6 +57,8 @@ pub struct TermId(usize);
 #[derive(Debug, Default)]
 pub struct SafetyRecorder {
     terms: Mutex<Vec<TermRecord>>,
+    /// Split brains the witness at a grant saw.
+    witnessed: Mutex<Vec<String>>,
 }
 
 impl SafetyRecorder {
@@ -68,14 +81,77 @@ impl SafetyRecorder {
             holder: holder.to_owned(),
             token,
             start,
+            granted_after: start,
             valid_until,
             ended: None,
             live: None,
+            seen_over: Vec::new(),
         });
-        TermId(terms.len() - 1)
+        let id = TermId(terms.len() - 1);
+        Self::witness(&mut terms, id, &mut self.witnessed());
+        id
     }
 
-    /// An Elector's term, whose deadline its renewer moves.
+    /// At a grant: every other Elector term of the key that still claims
+    /// validity (its own [`Term::is_valid`], read now), or whose
+    /// [`Term::lost`] does not resolve at once, is a split brain seen as it
+    /// happens, whatever the terms' recorded ends say: the holder must
+    /// stop believing it leads, and be told so, before anyone else is
+    /// granted.
+    fn witness(terms: &mut [TermRecord], id: TermId, seen: &mut Vec<String>) {
+        let mut over = Vec::new();
+        let new = &terms[id.0];
+        for (i, old) in terms.iter().enumerate() {
+            let Some(live) = old
+                .live
+                .as_ref()
+                .filter(|_| i != id.0 && old.key == new.key)
+            else {
+                continue;
+            };
+            let what = if live.is_valid() {
+                format!(
+                    "still believed it led (is_valid, valid for {:?} more)",
+                    live.valid_until().saturating_duration_since(Instant::now())
+                )
+            } else if live.lost().now_or_never().is_none() {
+                "was over, but its lost() had not resolved".to_owned()
+            } else {
+                over.push(TermId(i));
+                continue;
+            };
+            seen.push(format!(
+                "{} (token {:?}) {what} when {} (token {:?}) was granted",
+                old.holder,
+                old.token.map(|t| t.get()),
+                new.holder,
+                new.token.map(|t| t.get()),
+            ));
+        }
+        terms[id.0].seen_over = over;
+    }
+
+    fn witnessed(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.witnessed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the witness at each grant saw: Elector terms of the key that
+    /// still claimed validity when another candidate was granted it.
+    pub fn witnessed_overlaps(&self) -> Vec<String> {
+        self.witnessed().clone()
+    }
+
+    /// Lowers term `id`'s [`granted_after`](TermRecord::granted_after) to
+    /// `at`, a lower bound on when the backend granted it (never later
+    /// than the instant the candidate learnt of the grant).
+    pub fn granted_after(&self, id: TermId, at: Instant) {
+        let mut terms = self.terms();
+        let t = &mut terms[id.0];
+        t.granted_after = at.min(t.start);
+    }
+
+    /// An Elector's term, whose deadline its renewer moves and whose own
+    /// [`Term::is_valid`] the witness at later grants of the key reads.
     pub fn begin_term(&self, term: &Term, start: Instant) -> TermId {
         let id = self.begin(
             term.key().as_str(),
@@ -122,19 +198,32 @@ impl SafetyRecorder {
         self.terms().iter().map(|t| t.token).collect()
     }
 
-    /// Every pair of overlapping terms of one key, described.
+    /// Every pair of overlapping terms of one key, described: a term whose
+    /// [`granted_after`](TermRecord::granted_after) comes before an earlier
+    /// term's [`end`](TermRecord::end).
+    ///
+    /// The end an Elector term's watcher records is when the watcher ran
+    /// after the term's `lost()` resolved, which may trail the term's real
+    /// end by a task's scheduling; where the witness at `b`'s grant read
+    /// the term itself and found it over, that exact reading stands.
     pub fn overlaps(&self) -> Vec<String> {
-        let mut terms = self.terms().clone();
-        terms.sort_by_key(|t| t.start);
+        let mut terms: Vec<(TermId, TermRecord)> = self
+            .terms()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (TermId(i), t.clone()))
+            .collect();
+        terms.sort_by_key(|(_, t)| t.start);
         let mut found = Vec::new();
-        for (i, a) in terms.iter().enumerate() {
-            for b in terms[i + 1..].iter().filter(|b| b.key == a.key) {
-                if b.start < a.end() {
+        for (i, (a_id, a)) in terms.iter().enumerate() {
+            let later = terms[i + 1..].iter().map(|(_, b)| b);
+            for b in later.filter(|b| b.key == a.key && !b.seen_over.contains(a_id)) {
+                if b.granted_after < a.end() {
                     found.push(format!(
-                        "{} (token {:?}) still valid for {:?} after {} (token {:?}) began",
+                        "{} (token {:?}) still valid for {:?} after {} (token {:?}) was granted",
                         a.holder,
                         a.token.map(|t| t.get()),
-                        a.end() - b.start,
+                        a.end() - b.granted_after,
                         b.holder,
                         b.token.map(|t| t.get()),
                     ));

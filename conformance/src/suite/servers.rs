@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tenure_core::LossReason;
 use tokio::time::{sleep_until, Instant};
 
-use super::candidate::{elector, Leader, Standby};
+use super::candidate::{elector, Leader, Running, Standby};
 use super::context::{Context, Failure};
 use super::runner::{run_case, Meta, Quiet};
 use super::safety::Write;
@@ -16,7 +16,9 @@ use crate::report::{CaseReport, Property};
 /// down at its `valid_until`; once the servers resume and have a leader of
 /// their own again, a standby leads within [`Cx::failover_bound`](super::Cx::failover_bound),
 /// never before the old leader's `valid_until`, and the old leader's write
-/// is refused.
+/// is refused. Beside it, on a second key, a leader's work runs in
+/// `Elector::run`: `run` cancels it by the term's `valid_until` (plus a
+/// round trip) and before that key's standby is granted.
 pub async fn servers_paused_longer_than_ttl_leader_steps_down(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -36,6 +38,14 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
         a.write();
         let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
         cx.until_waiting(&key, 1).await?;
+        // Beside it, on a key of its own, a leader whose work runs in `run`.
+        let (cc, cd) = (cx.client().await?, cx.client().await?);
+        let key2 = cx.new_key();
+        let r = elector(&cx, &cc, &key2, "r")?;
+        let running = Running::start(&cx, &r);
+        let (_, r_term) = running.leads(&cx, rt).await?;
+        let r_standby = Standby::start(&cx, elector(&cx, &cd, &key2, "s")?);
+        cx.until_waiting(&key2, 1).await?;
         let paused = Instant::now();
         for node in 0..servers.nodes() {
             servers
@@ -103,6 +113,11 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
         cx.check(Property::Fencing, stale == Write::Refused, || {
             "the old leader's write was accepted".into()
         })?;
+        // `run` cancelled r's work by its term's deadline, before s's grant.
+        let mut s = r_standby.fails_over(&cx, recovered, bound).await?;
+        running.cancelled_in_time(&cx, &r_term, s.id, rt)?;
+        r.shutdown().await;
+        s.resign().await?;
         b.resign().await
     })
     .await

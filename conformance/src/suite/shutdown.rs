@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::candidate::{elector, Leader, Standby};
+use super::candidate::{elector, Leader, Running, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
 use crate::factory::{BackendFactory, Client, LinkFault};
@@ -18,6 +18,17 @@ async fn exit(client: &Client) -> Step {
     link.set(LinkFault::Blackhole)
         .await
         .ctx("cutting the exited process off")
+}
+
+/// Holds back the answers to `client` for half a round trip (requests
+/// still pass at once), so that a standby is granted while the answer to
+/// the release is on its way: the Elector must have ended the term before
+/// it sent the release, not once the backend confirmed it.
+async fn answers_held(cx: &Cx, client: &Client) -> Step {
+    let link = client.link.as_ref().expect("checked by the case");
+    link.set(LinkFault::DelayAnswers(cx.timing().round_trip / 2))
+        .await
+        .ctx("holding the releaser's answers")
 }
 
 /// The standby must lead within one round trip of `since`.
@@ -39,7 +50,11 @@ async fn leads_at_once(cx: &Cx, standby: Standby, since: Instant, what: &str) ->
 /// it exited): `shutdown()` of a leading elector, `shutdown()` while `run`
 /// leads (and `run` must have returned), and `shutdown()` of an elector
 /// whose campaign waits in line ahead of a standby. Each time the standby
-/// must lead within one round trip.
+/// must lead within one round trip. The first two release with their
+/// answers held back: the standby is granted while the release's answer is
+/// on its way, so a term the Elector ends only once the release is
+/// confirmed is still valid then (the witness at the grant sees it). The
+/// work `run` runs must be cancelled before the standby is granted.
 pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "shutdown_releases_before_returning",
@@ -64,7 +79,9 @@ pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>
         let a_leads = Leader::campaign(&cx, &a, round_trip).await?;
         let b = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
         cx.until_waiting(&key, 1).await?;
-        cx.safety().end(a_leads.id, Instant::now());
+        // a's release answer is held back: b is granted while it is on its
+        // way, and a must have ended its term before sending the release.
+        answers_held(&cx, &ca).await?;
         a.shutdown().await;
         let returned = Instant::now();
         exit(&ca).await?;
@@ -75,52 +92,35 @@ pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>
 
         // 2. C runs the leader's work through `run`; B resigns; C leads; C shuts down.
         let c = elector(&cx, &cc, &key, "c")?;
-        let c_term = Arc::new(std::sync::Mutex::new(None));
-        let running = {
-            let (c, cx, c_term) = (c.clone(), cx.clone(), c_term.clone());
-            tokio::spawn(async move {
-                c.run(|leadership| {
-                    let (cx, c_term) = (cx.clone(), c_term.clone());
-                    async move {
-                        let leader = Leader::new(&cx, leadership);
-                        *c_term.lock().unwrap_or_else(|e| e.into_inner()) = Some(leader.id);
-                        std::future::pending::<()>().await
-                    }
-                })
-                .await
-            })
-        };
+        let mut running = Running::start(&cx, &c);
         cx.until_waiting(&key, 1).await?;
-        let c_led = cx.safety().len();
         b_leads.resign().await?;
-        let led_by = Instant::now() + round_trip;
-        while cx.safety().len() == c_led && Instant::now() < led_by {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        cx.check(Property::Contract, cx.safety().len() > c_led, || {
-            format!("c's run did not lead within {round_trip:?} of b's resignation")
-        })?;
+        let (_, c_term) = match running.leads(&cx, round_trip).await {
+            Ok(led) => led,
+            Err(_) => {
+                let why = format!("c's run did not lead within {round_trip:?} of b's resignation");
+                cx.check(Property::Contract, false, || why.clone())?;
+                return Err(Failure::Fail(why));
+            }
+        };
         let d = Standby::start(&cx, elector(&cx, &cd, &key, "d")?);
         cx.until_waiting(&key, 1).await?;
-        // As for a: c stops believing before its shutdown (its loss is
-        // otherwise recorded by a task that may run after d's grant).
-        if let Some(id) = *c_term.lock().unwrap_or_else(|e| e.into_inner()) {
-            cx.safety().end(id, Instant::now());
-        }
+        answers_held(&cx, &cc).await?;
         c.shutdown().await;
         let returned = Instant::now();
         exit(&cc).await?;
         // Shutdown waits for `run` to return; its task ends right after.
-        let ran = cx
-            .within(
-                Duration::from_millis(20),
-                "run returning after shutdown",
-                running,
-            )
-            .await?;
+        let limit = Duration::from_millis(20);
+        let ran = tokio::time::timeout(limit, &mut running.handle).await;
+        cx.check(Property::Contract, ran.is_ok(), || {
+            format!("run had not returned {limit:?} after shutdown returned")
+        })?;
+        let ran = ran.map_err(|_| Failure::Fail("checked above".into()))?;
         ran.map_err(|e| Failure::Fail(format!("run task: {e}")))?
             .ctx("run")?;
         let mut d_leads = leads_at_once(&cx, d, returned, "c's shutdown (c was in run)").await?;
+        // `run` cancelled c's work before d was granted, within c's term.
+        running.cancelled_in_time(&cx, &c_term, d_leads.id, Duration::ZERO)?;
 
         // 3. B waits in line right behind D, E behind B; B shuts down; D resigns.
         let b = elector(&cx, &cb, &key, "b2")?;
