@@ -25,7 +25,8 @@ fn main() -> std::process::ExitCode {
     .expect_skips(&["key_breaking_backend_rule_is_invalid_argument"])
     // Nor has it a maximum TTL; the mutants' control declares one.
     .expect_skips(&["ttl_above_backend_maximum_is_invalid_argument"]);
-    tenure_conformance::run_targets_with(vec![memory], tests())
+    let tests = tests().into_iter().chain(elector_mutants::trials());
+    tenure_conformance::run_targets_with(vec![memory], tests.collect())
 }
 
 /// This binary's own tests, beside the suite's cases: the strict memory
@@ -345,3 +346,6 @@ async fn a_server_clock_5pct_fast_breaks_exclusive_in_the_expiry_cases() {
         );
     }
 }
+
+#[path = "memory/elector_mutants.rs"]
+mod elector_mutants;
