@@ -477,6 +477,22 @@ impl Running {
         *self.cancelled.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Waits until `run` has cancelled its work, at most until `term`'s
+    /// `valid_until` plus `late`; not cancelled by then breaks the timing.
+    pub async fn until_cancelled(
+        &self,
+        cx: &Cx,
+        term: &Term,
+        late: std::time::Duration,
+    ) -> Step {
+        while self.cancelled_at().is_none() && Instant::now() <= term.valid_until() + late {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        cx.check(Property::Timing, self.cancelled_at().is_some(), || {
+            format!("run had not cancelled its work {late:?} after the term's valid_until")
+        })
+    }
+
     /// Checks that `run` cancelled the work of `term` before `successor`
     /// was granted (its [`granted_after`](super::TermRecord::granted_after)),
     /// and by the term's `valid_until` (plus `late`: a term that expires

@@ -63,6 +63,13 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
         cx.check(Property::Timing, lost_at <= deadline + rt, || {
             format!("lost() fired {:?} after valid_until", lost_at - deadline)
         })?;
+        // r's run cancels its work once r's term ends; then r stops, so that
+        // its run does not campaign again, ahead of s, once the servers resume.
+        running.until_cancelled(&cx, &r_term, rt).await?;
+        let r_stopped = {
+            let r = r.clone();
+            tokio::spawn(async move { r.shutdown().await })
+        };
         sleep_until(paused + cx.ttl() + rt).await; // the fault lasts longer than the TTL
         for node in 0..servers.nodes() {
             servers
@@ -116,7 +123,9 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(
         // `run` cancelled r's work by its term's deadline, before s's grant.
         let mut s = r_standby.fails_over(&cx, recovered, bound).await?;
         running.cancelled_in_time(&cx, &r_term, s.id, rt)?;
-        r.shutdown().await;
+        r_stopped
+            .await
+            .map_err(|e| Failure::Fail(format!("r's shutdown: {e}")))?;
         s.resign().await?;
         b.resign().await
     })
