@@ -19,13 +19,13 @@ fn millis(d: Duration) -> f64 {
 }
 
 /// `resign` hands leadership to a campaigning standby at once, and the
-/// resigned term is over before the release is sent: the resigner's
-/// answers are held back for half a round trip while it resigns, so the
-/// standby is granted while the release's answer is on its way, and the
-/// witness at that grant finds the resigned term no longer valid. Two
-/// candidates hand over once untimed, then [`Cx::AT_ONCE_SAMPLES`] times,
-/// each timed from the resign call to the standby's grant, with the
-/// machine to themselves: the median is within
+/// resigned term is over (and its `lost()` resolved) before the release is
+/// sent, as the witness at each standby's grant reads it. Two candidates
+/// hand over once untimed, then [`Cx::AT_ONCE_SAMPLES`] times, each timed
+/// from the resign call to the standby's grant, with the machine to
+/// themselves, and once more untimed with the resigner's answers held back
+/// for half a round trip, so that the standby is granted while the
+/// release's answer is on its way: the median is within
 /// [`Timing::at_once`](crate::Timing::at_once), each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> CaseReport {
@@ -41,14 +41,16 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
         let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
         let mut leader = Leader::campaign(&cx, &electors[0], rt).await?;
         let mut samples = Vec::with_capacity(Cx::AT_ONCE_SAMPLES);
-        // Round 0 warms the path up and is not timed.
-        for round in 0..=Cx::AT_ONCE_SAMPLES {
+        // Round 0 warms the path up and is not timed; nor is the last, in
+        // which the resigner's answers are held back.
+        let last = Cx::AT_ONCE_SAMPLES + 1;
+        for round in 0..=last {
             leader.write();
             let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
             cx.until_waiting(&key, 1).await?;
-            // The resigner's answers are held back while it resigns: the
+            // The last resigner's answers are held back while it resigns: the
             // standby is granted while the release's answer is on its way.
-            let held = ca.link.is_some() && cb.link.is_some();
+            let held = round == last && ca.link.is_some() && cb.link.is_some();
             let releaser = [&ca, &cb][round % 2].link.as_ref().filter(|_| held);
             if let Some(link) = releaser {
                 link.set(LinkFault::DelayAnswers(rt / 2))
@@ -63,7 +65,7 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
                     .ctx("restoring the resigner's link")?;
             }
             let next = standby.leads(&cx, cx.ttl()).await?;
-            if round > 0 {
+            if round > 0 && round < last {
                 samples.push(cx.safety().get(next.id).start - resigned);
             }
             cx.check(Property::Contract, !leader.term.is_valid(), || {
