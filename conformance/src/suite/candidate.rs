@@ -479,12 +479,7 @@ impl Running {
 
     /// Waits until `run` has cancelled its work, at most until `term`'s
     /// `valid_until` plus `late`; not cancelled by then breaks the timing.
-    pub async fn until_cancelled(
-        &self,
-        cx: &Cx,
-        term: &Term,
-        late: std::time::Duration,
-    ) -> Step {
+    pub async fn until_cancelled(&self, cx: &Cx, term: &Term, late: std::time::Duration) -> Step {
         while self.cancelled_at().is_none() && Instant::now() <= term.valid_until() + late {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
