@@ -564,6 +564,13 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
 fn main() -> std::process::ExitCode {
+    // `TENURE_LOG=tenure_redis=debug` (with `--nocapture`) logs the backend.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let code = tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "redis-1master"))
             .expect_skips(&[

@@ -417,6 +417,7 @@ impl RedlockBackend {
             key: key.clone(),
             value: value.clone(),
             timeout,
+            ttl: candidacy.ttl(),
             armed: true,
         };
         let no_expiry = std::sync::atomic::AtomicBool::new(false);
@@ -974,6 +975,8 @@ struct Undo {
     key: String,
     value: String,
     timeout: Duration,
+    /// The round's TTL: its keys are gone by then whatever happens.
+    ttl: Duration,
     armed: bool,
 }
 
@@ -988,14 +991,37 @@ impl Drop for Undo {
             std::mem::take(&mut self.value),
             self.timeout,
         );
+        let expired = Instant::now() + self.ttl;
         spawn_cleanup(async move {
-            let (_, failures) = backend.release_everywhere(&key, &value, timeout).await;
-            if !failures.is_empty() {
-                tracing::debug!(
-                    failures = %failures.join("; "),
-                    "undoing a round that was not granted: some masters did not answer (their keys expire)"
-                );
+            let (done, failures) = backend.release_everywhere(&key, &value, timeout).await;
+            if done >= backend.inner.quorum {
+                return;
             }
+            // A round whose answers were lost (its connections broken
+            // since) may hold a majority that nobody else can take until
+            // its keys expire: ask again, on fresh connections, until a
+            // majority let go or the keys are gone anyway. In the
+            // background: a shutdown does not wait for it.
+            tracing::debug!(
+                failures = %failures.join("; "),
+                "undoing a round that was not granted: no majority answered; asking again"
+            );
+            tenure_core::heartbeat_runtime().spawn(async move {
+                let mut pause = Duration::from_millis(5);
+                while Instant::now() + pause < expired {
+                    tokio::time::sleep(pause).await;
+                    let (done, failures) =
+                        backend.release_everywhere(&key, &value, timeout).await;
+                    if done >= backend.inner.quorum {
+                        return;
+                    }
+                    tracing::debug!(
+                        failures = %failures.join("; "),
+                        "undoing a round that was not granted: no majority answered yet"
+                    );
+                    pause = (pause * 2).min(timeout);
+                }
+            });
         });
     }
 }
