@@ -37,6 +37,7 @@ pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> Case
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
+        cx.measure_round_trip(&cb).await?;
         let rt = cx.timing().round_trip;
         let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
         let mut leader = Leader::campaign(&cx, &electors[0], rt).await?;

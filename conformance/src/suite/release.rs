@@ -61,6 +61,7 @@ pub async fn release_lets_waiting_standby_lead_at_once(
         let clients = [cx.client().await?, cx.client().await?];
         let names = ["a", "b"];
         let key = cx.new_key();
+        cx.measure_round_trip(&clients[1]).await?;
         let mut holder = Holder::acquire(&cx, &clients[0], &key, names[0]).await?;
         let mut samples = Vec::with_capacity(Cx::AT_ONCE_SAMPLES);
         // Round 0 warms the path up and is not timed.

@@ -1010,8 +1010,7 @@ impl Drop for Undo {
                 let mut pause = Duration::from_millis(5);
                 while Instant::now() + pause < expired {
                     tokio::time::sleep(pause).await;
-                    let (done, failures) =
-                        backend.release_everywhere(&key, &value, timeout).await;
+                    let (done, failures) = backend.release_everywhere(&key, &value, timeout).await;
                     if done >= backend.inner.quorum {
                         return;
                     }
