@@ -131,6 +131,7 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
         a.write();
         let (term, token, identity) = (a.term, a.lease.token(), a.identity().to_owned());
         let ttl = cx.ttl();
+        let (renewed, mut renewals) = tokio::sync::watch::channel(0u32);
         let renewer = tokio::spawn(async move {
             let mut a = a;
             loop {
@@ -138,11 +139,18 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
                 if a.renew().await.is_err() {
                     return;
                 }
+                renewed.send_modify(|n| *n += 1);
             }
         });
         let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
         cx.until_waiting(&key, 1).await?;
-        sleep(ttl / 2).await; // let a renew at least once
+        // a crashes once it renewed with b waiting (its deadline then counts
+        // from a renewal, not from the grant).
+        let seen = *renewals.borrow_and_update();
+        let limit = ttl / 3 + cx.timing().round_trip * 2;
+        cx.within(limit, "a's renewal", renewals.wait_for(|n| *n > seen))
+            .await?
+            .map_err(|_| Failure::Fail("a's renewals failed before its crash".into()))?;
         let crashed = Instant::now();
         renewer.abort(); // drops a's lease and client, releasing nothing
         let _ = renewer.await; // a renewal in flight is over
