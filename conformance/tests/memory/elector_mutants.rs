@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tenure_conformance::trials::Trial;
 use tenure_conformance::{async_trial, suite, BackendFactory, MemoryFactory};
-use tenure_conformance::{CaseReport, Outcome, Property};
+use tenure_conformance::{CaseReport, Property};
 use tenure_core::ElectorBug;
 
 /// This file's tests, as trials named `elector_mutants::…`.
@@ -43,20 +43,7 @@ where
     report
 }
 
-#[track_caller]
-fn failed_on(report: &CaseReport, property: Property) {
-    assert!(
-        matches!(report.outcome, Outcome::Fail(_)),
-        "the bug planted in the Elector went unnoticed: {report:#?}"
-    );
-    assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.property == property && v.promised),
-        "expected a {property} violation: {report:#?}"
-    );
-}
+use crate::mutants::failed_on;
 
 /// The resigning Elector sends the release and ends its term only once
 /// the release is answered: the standby, granted while the answer is on

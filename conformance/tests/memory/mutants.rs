@@ -12,7 +12,7 @@ use tenure_conformance::suite;
 use tenure_conformance::{CaseReport, Outcome, Property};
 
 #[track_caller]
-fn failed_on(report: &CaseReport, property: Property) {
+pub(crate) fn failed_on(report: &CaseReport, property: Property) {
     assert!(
         matches!(report.outcome, Outcome::Fail(_)),
         "the planted bug went unnoticed: {report:#?}"
