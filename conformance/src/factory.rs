@@ -73,6 +73,25 @@ pub trait Link: Send + Sync + 'static {
         None
     }
 
+    /// When the link forwarded requests at or after `since`, in order (one
+    /// instant each request, or each write a TCP link made), if it keeps
+    /// track: so a case can name the request of a call that starts its TTL.
+    fn requests_since(&self, _since: tokio::time::Instant) -> Option<Vec<tokio::time::Instant>> {
+        None
+    }
+
+    /// When the link last delivered an answer to the client, if it keeps track.
+    fn last_answer_at(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+
+    /// How many requests and answers the link holds now (delayed or
+    /// blackholed, not yet delivered), if it can tell: a case waits for
+    /// held traffic to land instead of sleeping.
+    fn in_flight(&self) -> Option<usize> {
+        None
+    }
+
     /// The server nodes (numbered as [`ServerFaults`] numbers them) the
     /// client has connections open to, if the link can tell; for the case
     /// that pauses the holder's own node.
@@ -101,6 +120,26 @@ pub trait Link: Send + Sync + 'static {
             operation: "confining a client to one server node",
         })
     }
+}
+
+/// Which of the requests a grant or renewal makes starts the lease's TTL
+/// on the servers ([`BackendFactory::ttl_starts_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlStart {
+    /// The first request of a grant in this mode (on a vacant key, which
+    /// either mode is granted at once) and of a renewal: the one request of
+    /// a memory call. The case makes the call on an otherwise idle client,
+    /// so the first request the link forwards after the call began is the
+    /// call's. (Not etcd's: its single attempt reads the key before the
+    /// LeaseGrant that starts the TTL, and its waiting acquire keeps its
+    /// lease alive while it waits, its reads tried again when held answers
+    /// time them out, so its deadline counts from a later keep-alive; the
+    /// case that judges deadlines against the servers' own expiry covers it.)
+    FirstRequest(tenure_core::AcquireMode),
+    /// Some request of the call, at the latest its last (ZooKeeper, whose
+    /// session any request refreshes; Kubernetes, whose replace carries the
+    /// renew time).
+    LastRequest,
 }
 
 /// Real-time settings for the cases, chosen per backend.
@@ -334,6 +373,17 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// Which request of a grant or a renewal starts the lease's TTL on the
+    /// servers, as the link sees the call's requests: the case that holds
+    /// back a call's answers bounds the deadline the call returned by that
+    /// request's forwarding plus the TTL. [`TtlStart::LastRequest`] (the
+    /// default) is the loosest bound that is right for every backend;
+    /// naming the first makes the bound catch a deadline counted from a
+    /// later request than the one that started the TTL.
+    fn ttl_starts_with(&self) -> TtlStart {
+        TtlStart::LastRequest
+    }
+
     /// Whether the server holds any state for `key` (used to prove that
     /// rejected input wrote nothing).
     async fn key_exists(&self, _key: &ElectionKey) -> Option<Result<bool>> {
@@ -425,6 +475,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
     }
     fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
         (**self).grant_outlives_lost_answer()
+    }
+    fn ttl_starts_with(&self) -> TtlStart {
+        (**self).ttl_starts_with()
     }
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
         (**self).waiting(key).await

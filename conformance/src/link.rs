@@ -105,6 +105,27 @@ impl Link for ProxyLink {
             .max()
     }
 
+    fn requests_since(&self, since: tokio::time::Instant) -> Option<Vec<tokio::time::Instant>> {
+        let mut all: Vec<_> = self
+            .proxies
+            .iter()
+            .flat_map(|p| p.requests_since(since))
+            .collect();
+        all.sort();
+        Some(all)
+    }
+
+    fn last_answer_at(&self) -> Option<tokio::time::Instant> {
+        self.proxies
+            .iter()
+            .filter_map(FaultProxy::last_answer_at)
+            .max()
+    }
+
+    fn in_flight(&self) -> Option<usize> {
+        Some(self.proxies.iter().map(FaultProxy::in_flight).sum())
+    }
+
     fn nodes_in_use(&self) -> Option<Vec<usize>> {
         if !self
             .numbers_nodes

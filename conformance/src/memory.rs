@@ -49,6 +49,7 @@ pub struct MemoryFactory {
     cluster: Arc<Cluster>,
     candidate: Option<PathBuf>,
     front: Arc<OnceLock<Option<String>>>,
+    ttl_start: crate::factory::TtlStart,
 }
 
 impl std::fmt::Debug for MemoryFactory {
@@ -93,7 +94,17 @@ impl MemoryFactory {
             cluster: Arc::new(Cluster::new(3, Arc::new(MemoryBackend::refresh_all), false)),
             candidate: None,
             front: Arc::default(),
+            ttl_start: crate::factory::TtlStart::FirstRequest(tenure_core::AcquireMode::Once),
         }
+    }
+
+    /// The same, naming `start` as the request that starts a lease's TTL
+    /// ([`BackendFactory::ttl_starts_with`]; a memory call is one request,
+    /// so the first of a single attempt by default: a waiting one counts
+    /// from the server's grant): to show what naming it catches.
+    pub fn naming_ttl_start(mut self, start: crate::factory::TtlStart) -> Self {
+        self.ttl_start = start;
+        self
     }
 
     /// The same, reported under another name (its own report file).
@@ -238,6 +249,18 @@ impl Link for MemoryLink {
         self.0.faults().last_request_at()
     }
 
+    fn requests_since(&self, since: tokio::time::Instant) -> Option<Vec<tokio::time::Instant>> {
+        Some(self.0.faults().requests_since(since))
+    }
+
+    fn last_answer_at(&self) -> Option<tokio::time::Instant> {
+        self.0.faults().last_answer_at()
+    }
+
+    fn in_flight(&self) -> Option<usize> {
+        Some(self.0.faults().in_flight())
+    }
+
     fn nodes_in_use(&self) -> Option<Vec<usize>> {
         let cluster = self.1.as_ref()?;
         let st = cluster.state();
@@ -282,6 +305,12 @@ impl Link for MemoryLink {
 impl BackendFactory for MemoryFactory {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A memory call is one request (unless told otherwise, to show what
+    /// naming it catches).
+    fn ttl_starts_with(&self) -> crate::factory::TtlStart {
+        self.ttl_start
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -35,9 +35,13 @@
 //! reset ones stay gone. Closes pass through in order: a FIN after the bytes
 //! before it, an RST (or any error) on one side resets the other.
 //!
-//! The proxy notes when it last forwarded bytes towards the upstream
-//! ([`FaultProxy::last_request_at`]), an upper bound for the send time of
-//! every request a client made before. A [`Tap`] given at the start
+//! The proxy notes when it forwarded bytes towards the upstream
+//! ([`FaultProxy::last_request_at`], an upper bound for the send time of
+//! every request a client made before; [`FaultProxy::requests_since`], each
+//! write, so a case can name the request that starts a TTL), when it last
+//! delivered an answer ([`FaultProxy::last_answer_at`]), and how many chunks
+//! it has read and not yet delivered or dropped ([`FaultProxy::in_flight`]):
+//! what a case waits on instead of sleeping while held bytes land. A [`Tap`] given at the start
 //! ([`FaultProxy::start_tapped`]) sees every byte forwarded, each way, per
 //! connection (to count a protocol's messages).
 //!
@@ -96,7 +100,7 @@ pub struct FaultProxy {
     resets: Arc<watch::Sender<u64>>,
     open: Arc<AtomicUsize>,
     opened: Arc<AtomicUsize>,
-    forwarded: Arc<std::sync::Mutex<Option<Instant>>>,
+    traffic: Arc<Traffic>,
     accept_loop: JoinHandle<()>,
 }
 
@@ -117,7 +121,7 @@ impl FaultProxy {
         let resets = Arc::new(watch::Sender::new(0));
         let open = Arc::new(AtomicUsize::new(0));
         let opened = Arc::new(AtomicUsize::new(0));
-        let forwarded = Arc::new(std::sync::Mutex::new(None));
+        let traffic = Arc::new(Traffic::default());
         let accept_loop = tokio::spawn(accept_loop(
             listener,
             upstream,
@@ -127,7 +131,7 @@ impl FaultProxy {
             },
             open.clone(),
             opened.clone(),
-            forwarded.clone(),
+            traffic.clone(),
             tap,
         ));
         Ok(FaultProxy {
@@ -137,7 +141,7 @@ impl FaultProxy {
             resets,
             open,
             opened,
-            forwarded,
+            traffic,
             accept_loop,
         })
     }
@@ -172,7 +176,30 @@ impl FaultProxy {
 
     /// When bytes from a client were last written towards the upstream.
     pub fn last_request_at(&self) -> Option<Instant> {
-        *self.forwarded.lock().unwrap_or_else(|e| e.into_inner())
+        self.traffic.lock().requests.back().copied()
+    }
+
+    /// When bytes from a client were written towards the upstream at or
+    /// after `since`, in order: one instant a write (the last
+    /// [`REQUESTS_KEPT`] writes are kept).
+    pub fn requests_since(&self, since: Instant) -> Vec<Instant> {
+        let log = self.traffic.lock();
+        log.requests
+            .iter()
+            .copied()
+            .filter(|&t| t >= since)
+            .collect()
+    }
+
+    /// When bytes from the upstream were last written to a client.
+    pub fn last_answer_at(&self) -> Option<Instant> {
+        self.traffic.lock().last_answer
+    }
+
+    /// Chunks read (either way) and neither delivered nor thrown away yet:
+    /// what a delay or a blackhole holds.
+    pub fn in_flight(&self) -> usize {
+        self.traffic.in_flight.load(Ordering::SeqCst)
     }
 
     /// Client connections currently open through the proxy.
@@ -201,7 +228,7 @@ async fn accept_loop(
     switches: Switches,
     open: Arc<AtomicUsize>,
     opened: Arc<AtomicUsize>,
-    forwarded: Forwarded,
+    traffic: Arc<Traffic>,
     tap: Option<Arc<dyn Tap>>,
 ) {
     let Switches { mode, resets } = switches;
@@ -211,7 +238,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
                     opened.fetch_add(1, Ordering::SeqCst);
-                    connections.spawn(serve(client, upstream, mode.clone(), resets.subscribe(), open.clone(), forwarded.clone(), tap.clone()));
+                    connections.spawn(serve(client, upstream, mode.clone(), resets.subscribe(), open.clone(), traffic.clone(), tap.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors or the like: back off briefly.
@@ -231,8 +258,61 @@ struct Switches {
     resets: Arc<watch::Sender<u64>>,
 }
 
-/// When bytes were last written towards the upstream.
-type Forwarded = Arc<std::sync::Mutex<Option<Instant>>>;
+/// How many request writes [`FaultProxy::requests_since`] can tell of.
+pub const REQUESTS_KEPT: usize = 4096;
+
+/// What a proxy's connections forwarded, and hold now.
+#[derive(Debug, Default)]
+struct Traffic {
+    log: std::sync::Mutex<TrafficLog>,
+    in_flight: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct TrafficLog {
+    /// When bytes were written towards the upstream, the last
+    /// [`REQUESTS_KEPT`] writes.
+    requests: std::collections::VecDeque<Instant>,
+    /// When bytes were last written to the client.
+    last_answer: Option<Instant>,
+}
+
+impl Traffic {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TrafficLog> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wrote(&self, direction: Direction) {
+        let now = Instant::now();
+        let mut log = self.lock();
+        match direction {
+            Direction::Requests => {
+                if log.requests.len() == REQUESTS_KEPT {
+                    log.requests.pop_front();
+                }
+                log.requests.push_back(now);
+            }
+            Direction::Answers => log.last_answer = Some(now),
+        }
+    }
+}
+
+/// Counts a chunk as in flight from when it was read until it was written
+/// or thrown away (or its connection ended).
+struct InFlight(Arc<Traffic>);
+
+impl InFlight {
+    fn new(traffic: &Arc<Traffic>) -> InFlight {
+        traffic.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(traffic.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Which way a pipe carries bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,7 +351,7 @@ async fn serve(
     mut mode: watch::Receiver<Mode>,
     mut resets: watch::Receiver<u64>,
     open: Arc<AtomicUsize>,
-    forwarded: Forwarded,
+    traffic: Arc<Traffic>,
     tap: Option<Arc<dyn Tap>>,
 ) {
     let _open = OpenGuard::new(open);
@@ -315,7 +395,7 @@ async fn serve(
                     server_write,
                     mode.clone(),
                     Direction::Requests,
-                    Some(forwarded),
+                    &traffic,
                     requests_seen,
                     None,
                 ),
@@ -324,7 +404,7 @@ async fn serve(
                     client_write,
                     mode.clone(),
                     Direction::Answers,
-                    None,
+                    &traffic,
                     answers_seen,
                     Some(&lost_answer),
                 ),
@@ -420,23 +500,24 @@ async fn pipe(
     mut to: impl AsyncWrite + Unpin,
     mut mode: watch::Receiver<Mode>,
     direction: Direction,
-    forwarded: Option<Forwarded>,
+    traffic: &Arc<Traffic>,
     mut seen: Option<Observer>,
     lost: Option<&watch::Sender<bool>>,
 ) -> std::io::Result<()> {
-    let (chunks, mut pending) = mpsc::channel::<(Instant, Vec<u8>)>(8);
+    let (chunks, mut pending) = mpsc::channel::<(Instant, Vec<u8>, InFlight)>(8);
     let read = async move {
         loop {
             let mut buf = vec![0; 16 * 1024];
             let n = from.read(&mut buf).await?;
             buf.truncate(n);
-            if chunks.send((Instant::now(), buf)).await.is_err() || n == 0 {
+            let held = InFlight::new(traffic);
+            if chunks.send((Instant::now(), buf, held)).await.is_err() || n == 0 {
                 return Ok::<(), std::io::Error>(());
             }
         }
     };
     let write = async move {
-        while let Some((read_at, chunk)) = pending.recv().await {
+        while let Some((read_at, chunk, _held)) = pending.recv().await {
             if !until_forwardable(&mut mode, read_at, direction).await {
                 tracing::trace!(bytes = chunk.len(), "fault proxy drops an answer");
                 if let Some(lost) = lost {
@@ -449,9 +530,7 @@ async fn pipe(
                 return Ok(());
             }
             to.write_all(&chunk).await?;
-            if let Some(forwarded) = &forwarded {
-                *forwarded.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-            }
+            traffic.wrote(direction);
             if let Some(seen) = &mut seen {
                 seen(&chunk);
             }
@@ -536,6 +615,41 @@ mod tests {
         let started = Instant::now();
         assert_eq!(round_trip(&mut client, b"fast").await.unwrap(), b"fast");
         assert!(started.elapsed() < Duration::from_millis(150));
+    }
+
+    #[tokio::test]
+    async fn held_answers_are_counted_until_delivered_and_each_request_is_logged() {
+        let (upstream, _) = echo_server().await;
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(proxy.in_flight(), 0);
+        proxy.set(Mode::DelayAnswers(Duration::from_millis(200)));
+        let began = Instant::now();
+        client.write_all(b"one").await.unwrap();
+        // The request passes at once; its echo is held.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !(proxy.in_flight() == 1 && proxy.requests_since(began).len() == 1)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(proxy.in_flight(), 1, "the held answer is in flight");
+        let sent = proxy.requests_since(began);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(proxy.last_answer_at().is_none());
+        let mut buf = [0; 3];
+        client.read_exact(&mut buf).await.unwrap();
+        let answered = proxy.last_answer_at().expect("an answer was delivered");
+        assert!(answered >= sent[0] + Duration::from_millis(200));
+        assert_eq!(proxy.in_flight(), 0);
+        // A second request, its forwarding logged after the first.
+        proxy.set(Mode::Pass);
+        assert_eq!(round_trip(&mut client, b"two").await.unwrap(), b"two");
+        let both = proxy.requests_since(began);
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert!(both[1] > both[0]);
+        assert_eq!(proxy.requests_since(both[1]), vec![both[1]]);
+        assert_eq!(proxy.last_request_at(), Some(both[1]));
     }
 
     #[tokio::test]

@@ -396,6 +396,36 @@ impl Cx {
             .map_err(|_| Failure::Fail(format!("{what}: nothing after {limit:?}")))
     }
 
+    /// Waits until `link` holds nothing back and, if it forwarded requests
+    /// since `since` (what a heal or an end of delay let go), until an
+    /// answer came after the first of them: the held traffic has landed.
+    /// At most `cap`, which is also how long it waits where the link cannot
+    /// tell (nor is it an error to reach it: a client may send what is never
+    /// answered, an HTTP/2 window update). Returns how long it waited, or
+    /// `None` where the link cannot tell.
+    pub async fn until_link_quiet(
+        &self,
+        link: &dyn Link,
+        since: tokio::time::Instant,
+        cap: Duration,
+    ) -> Option<Duration> {
+        let began = tokio::time::Instant::now();
+        let deadline = began + cap;
+        loop {
+            let (Some(held), Some(sent)) = (link.in_flight(), link.requests_since(since)) else {
+                tokio::time::sleep_until(deadline).await;
+                return None;
+            };
+            let answered = sent
+                .first()
+                .is_none_or(|&first| link.last_answer_at().is_some_and(|a| a >= first));
+            if (held == 0 && answered) || tokio::time::Instant::now() >= deadline {
+                return Some(began.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Waits until `n` candidates wait for `key` (polling the factory's
     /// counter), or for [`Timing::settle`] where it has none.
     pub async fn until_waiting(&self, key: &ElectionKey, n: usize) -> Step {

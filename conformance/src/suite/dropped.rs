@@ -48,6 +48,7 @@ pub async fn dropped_acquire_leaves_nothing(factory: Arc<dyn BackendFactory>) ->
                 .await
                 .ctx("holding a's answers")?;
             let attempt = tokio::time::timeout(drop_after, a.campaign()).await;
+            let delivered = Instant::now();
             link.set(LinkFault::Pass)
                 .await
                 .ctx("delivering a's answers")?;
@@ -58,8 +59,10 @@ pub async fn dropped_acquire_leaves_nothing(factory: Arc<dyn BackendFactory>) ->
                 break;
             }
             dropped += 1;
-            // Whatever was held is delivered now; give it one hold to land.
-            tokio::time::sleep(hold + Duration::from_millis(5)).await;
+            // Whatever was held is delivered now: wait until it has landed
+            // (at most one hold, as long as a link that cannot tell waits).
+            cx.until_link_quiet(link.as_ref(), delivered, hold + Duration::from_millis(5))
+                .await;
             let started = Instant::now();
             let mut standby = match Standby::start(&cx, b.clone()).leads(&cx, round_trip).await {
                 Err(Failure::Fail(why)) => {

@@ -237,8 +237,16 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
             "the cut-off leader's write was accepted".into()
         })?;
         // Healed, a's late renewal or release must not touch b's grant.
+        let healed = Instant::now();
         link.set(LinkFault::Pass).await.ctx("healing a's link")?;
-        sleep(rt).await;
+        // What the cut held (a's late renewal) lands: wait until it has been
+        // answered (at most a round trip, as long as a link that cannot tell waits).
+        if let Some(waited) = cx.until_link_quiet(link.as_ref(), healed, rt).await {
+            cx.note(format!(
+                "a's held traffic landed {:.1} ms after its link healed",
+                waited.as_secs_f64() * 1000.0
+            ));
+        }
         let probe = Holder::try_acquire(&cx, &cc, &key, "c").await?;
         let holder = probe.as_ref().err().map(|i| i.identity.clone());
         cx.check(

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use tokio::sync::watch;
@@ -35,15 +37,44 @@ struct FaultState {
 #[derive(Debug)]
 pub struct Faults {
     state: watch::Sender<FaultState>,
-    last_request: Mutex<Option<Instant>>,
+    traffic: Mutex<Traffic>,
+    in_flight: AtomicUsize,
 }
+
+/// When the client's requests reached the server, and its answers it.
+#[derive(Debug, Default)]
+struct Traffic {
+    /// The last [`REQUESTS_KEPT`] requests.
+    requests: VecDeque<Instant>,
+    last_answer: Option<Instant>,
+}
+
+/// How many requests [`Faults::requests_since`] can tell of.
+const REQUESTS_KEPT: usize = 4096;
 
 impl Default for Faults {
     fn default() -> Self {
         Faults {
             state: watch::Sender::new(FaultState::default()),
-            last_request: Mutex::new(None),
+            traffic: Mutex::new(Traffic::default()),
+            in_flight: AtomicUsize::new(0),
         }
+    }
+}
+
+/// Counts a request or an answer as on its way while it lives.
+struct OnItsWay<'a>(&'a AtomicUsize);
+
+impl<'a> OnItsWay<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        OnItsWay(count)
+    }
+}
+
+impl Drop for OnItsWay<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -166,7 +197,34 @@ impl Faults {
 
     /// When the last request of this client reached the server.
     pub fn last_request_at(&self) -> Option<Instant> {
-        *self.last_request.lock().unwrap_or_else(|e| e.into_inner())
+        self.traffic().requests.back().copied()
+    }
+
+    /// When this client's requests reached the server at or after `since`,
+    /// in order (the last few thousand are kept).
+    pub fn requests_since(&self, since: Instant) -> Vec<Instant> {
+        let traffic = self.traffic();
+        traffic
+            .requests
+            .iter()
+            .copied()
+            .filter(|&t| t >= since)
+            .collect()
+    }
+
+    /// When an answer last reached this client.
+    pub fn last_answer_at(&self) -> Option<Instant> {
+        self.traffic().last_answer
+    }
+
+    /// Requests and answers on their way now: held by a delay or a cut,
+    /// not yet delivered (nor failed, nor dropped with their call).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    fn traffic(&self) -> std::sync::MutexGuard<'_, Traffic> {
+        self.traffic.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Clears every fault of the link (not [`node_down`](Self::node_down)).
@@ -244,6 +302,7 @@ impl Faults {
             return Err(unavailable("calls fail"));
         }
         let connection = self.connection();
+        let on_its_way = OnItsWay::new(&self.in_flight);
         self.on(connection, async {
             self.wait_connected().await;
             if !s.request_delay.is_zero() {
@@ -251,7 +310,14 @@ impl Faults {
             }
         })
         .await?;
-        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        {
+            let mut traffic = self.traffic();
+            if traffic.requests.len() == REQUESTS_KEPT {
+                traffic.requests.pop_front();
+            }
+            traffic.requests.push_back(Instant::now());
+        }
+        drop(on_its_way);
         Ok(connection)
     }
 
@@ -260,35 +326,41 @@ impl Faults {
     /// dropped before it is delivered (then once they are let through
     /// again, as the reset of a connection out of step).
     pub(crate) async fn response(&self, connection: Connection) -> Result<()> {
-        self.on(connection, async {
-            let dropped = async {
-                let mut rx = self.state.subscribe();
-                // The sender lives as long as `self`, so this cannot fail.
-                let _ = rx.wait_for(|s| s.drop_answers).await;
-            };
-            let delivered = async {
-                self.wait_connected().await;
-                let delay = self.state.borrow().response_delay;
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+        let _on_its_way = OnItsWay::new(&self.in_flight);
+        let delivered = self
+            .on(connection, async {
+                let dropped = async {
+                    let mut rx = self.state.subscribe();
+                    // The sender lives as long as `self`, so this cannot fail.
+                    let _ = rx.wait_for(|s| s.drop_answers).await;
+                };
+                let delivered = async {
+                    self.wait_connected().await;
+                    let delay = self.state.borrow().response_delay;
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                };
+                let lost = tokio::select! {
+                    biased;
+                    () = dropped => true,
+                    () = delivered => false,
+                };
+                if lost {
+                    let mut rx = self.state.subscribe();
+                    // The sender lives as long as `self`, so this cannot fail.
+                    let _ = rx.wait_for(|s| !s.drop_answers).await;
+                    return Err(unavailable(
+                        "the answer was lost; the connection, out of step, was reset",
+                    ));
                 }
-            };
-            let lost = tokio::select! {
-                biased;
-                () = dropped => true,
-                () = delivered => false,
-            };
-            if lost {
-                let mut rx = self.state.subscribe();
-                // The sender lives as long as `self`, so this cannot fail.
-                let _ = rx.wait_for(|s| !s.drop_answers).await;
-                return Err(unavailable(
-                    "the answer was lost; the connection, out of step, was reset",
-                ));
-            }
-            Ok(())
-        })
-        .await?
+                Ok(())
+            })
+            .await?;
+        if delivered.is_ok() {
+            self.traffic().last_answer = Some(Instant::now());
+        }
+        delivered
     }
 }
 
