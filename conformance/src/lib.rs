@@ -36,7 +36,7 @@ pub mod trials;
 pub use async_trait::async_trait;
 pub use factory::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, Gap, Link, LinkFault,
-    ServerFaults, Timing,
+    ServerFaults, Timing, TtlStart,
 };
 #[cfg(feature = "harness")]
 #[cfg_attr(docsrs, doc(cfg(feature = "harness")))]

@@ -21,7 +21,7 @@ use tenure_core::{
 };
 use tokio::time::Instant;
 
-use crate::factory::{BackendFactory, Client, Gap, ServerFaults, Timing};
+use crate::factory::{BackendFactory, Client, Gap, ServerFaults, Timing, TtlStart};
 use crate::report::{CaseReport, Outcome, Property};
 use crate::suite;
 use crate::trials::TargetTrial;
@@ -124,6 +124,12 @@ impl BackendFactory for PlantedFactory {
     }
     fn gaps(&self) -> Vec<Gap> {
         self.inner.gaps()
+    }
+    fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
+        self.inner.grant_outlives_lost_answer()
+    }
+    fn ttl_starts_with(&self) -> TtlStart {
+        self.inner.ttl_starts_with()
     }
 }
 
@@ -304,16 +310,25 @@ fn deadline_from_answer(factory: Arc<dyn BackendFactory>) -> BoxFuture<'static, 
 }
 
 /// A deadline counted from a grant's later request fails the case that
-/// judges it against the servers' own expiry. (The delayed-answers case,
-/// whose bound is the last request the link forwarded, cannot see it: the
-/// memory target's own tests show that.)
+/// judges it against the servers' own expiry, and, where the factory names
+/// the request that starts the TTL ([`TtlStart::FirstRequest`]), the
+/// delayed-answers case too. (Bounded by the last request the link
+/// forwarded, that case cannot see it: the memory target's own tests show
+/// that.)
 fn deadline_from_last_request(factory: Arc<dyn BackendFactory>) -> BoxFuture<'static, Result2> {
     Box::pin(async move {
         let f = PlantedFactory::over(factory, Planted::DeadlineFromLastRequest);
         failed_on(
-            &suite::deadline_ends_before_the_servers_expiry(f).await,
+            &suite::deadline_ends_before_the_servers_expiry(f.clone()).await,
             Property::Exclusive,
-        )
+        )?;
+        match f.ttl_starts_with() {
+            TtlStart::FirstRequest(_) => failed_on(
+                &suite::deadline_counts_from_send_under_delayed_answers(f).await,
+                Property::Contract,
+            ),
+            TtlStart::LastRequest => Ok(()),
+        }
     })
 }
 

@@ -45,7 +45,7 @@ fn tests() -> Vec<Trial> {
         run_all_reports_every_case_in_order,
         candidate_process_leads_loses_when_frozen_and_dies_by_sigkill,
         candidate_process_refuses_unknown_backend_url,
-        a_deadline_from_a_later_request_passes_the_delayed_answers_case,
+        a_deadline_from_a_later_request_is_caught_where_the_ttl_request_is_named,
         a_server_clock_1pct_fast_passes_every_case_within_the_drift_margin,
         a_server_clock_5pct_fast_breaks_exclusive_in_the_expiry_cases;
         mutants:
@@ -235,16 +235,33 @@ fn libc_sigkill() -> i32 {
 
 /// The bug that `deadline_ends_before_the_servers_expiry` was written for
 /// (the `planted::deadline_from_last_request` trial shows it catches it)
-/// passes the older delayed-answers case, whose bound is the last request
-/// the holder's link forwarded: the reason the newer case exists.
-async fn a_deadline_from_a_later_request_passes_the_delayed_answers_case() {
+/// passes the older delayed-answers case where that case can only bound the
+/// deadline by the last request the holder's link forwarded; where the
+/// factory names the request that starts the TTL (the link keeping each
+/// request's forwarding time), the same case catches it.
+async fn a_deadline_from_a_later_request_is_caught_where_the_ttl_request_is_named() {
     use tenure_conformance::planted::{Planted, PlantedFactory};
-    let f = PlantedFactory::over(
+    use tenure_conformance::TtlStart;
+    let unnamed = PlantedFactory::over(
+        Arc::new(MemoryFactory::new().naming_ttl_start(TtlStart::LastRequest)),
+        Planted::DeadlineFromLastRequest,
+    );
+    let report = suite::deadline_counts_from_send_under_delayed_answers(unnamed).await;
+    assert_eq!(report.outcome, Outcome::Pass, "{report:#?}");
+    let named = PlantedFactory::over(
         Arc::new(MemoryFactory::new()),
         Planted::DeadlineFromLastRequest,
     );
-    let report = suite::deadline_counts_from_send_under_delayed_answers(f).await;
-    assert_eq!(report.outcome, Outcome::Pass, "{report:#?}");
+    let report = suite::deadline_counts_from_send_under_delayed_answers(named).await;
+    assert!(
+        matches!(report.outcome, Outcome::Fail(_))
+            && report
+                .violations
+                .iter()
+                .any(|v| v.property == tenure_conformance::Property::Contract && v.promised),
+        "naming the first request did not catch a deadline counted from a later one: {report:#?}"
+    );
+    println!("caught as it must be: {:?}", report.outcome);
 }
 
 /// The one case that compares the server's expiry with the client's clock

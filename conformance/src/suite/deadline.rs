@@ -9,19 +9,40 @@ use tokio::time::Instant;
 use super::candidate::{elector, Leader};
 use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
-use crate::factory::{BackendFactory, LinkFault};
+use crate::factory::{BackendFactory, Link, LinkFault, TtlStart};
 use crate::report::{CaseReport, Property};
 
+/// The instant the link forwarded the request of a call begun at `began`
+/// that starts the TTL, as the factory names it
+/// ([`BackendFactory::ttl_starts_with`]): the first request forwarded since,
+/// or the last one; `None` where the link does not tell.
+fn ttl_request(cx: &Cx, link: &dyn Link, began: Instant) -> Option<(Instant, &'static str)> {
+    match cx.factory().ttl_starts_with() {
+        TtlStart::FirstRequest(_) => match link.requests_since(began) {
+            Some(sent) => sent.first().map(|&t| (t, "first")),
+            None => link.last_request_at().map(|t| (t, "last")),
+        },
+        TtlStart::LastRequest => link.last_request_at().map(|t| (t, "last")),
+    }
+}
+
 /// Checks that `lease`'s deadline is no later than one TTL (less the drift
-/// margin and expiry lead) after `forwarded`, the last instant the link
-/// forwarded a request of the call that produced it.
-fn counted_from_send(cx: &Cx, what: &str, lease: &Lease, forwarded: Instant) -> Step {
+/// margin and expiry lead) after `forwarded`, the instant the link
+/// forwarded the request of the call that started the TTL (`which` of the
+/// call's requests).
+fn counted_from_send(
+    cx: &Cx,
+    what: &str,
+    lease: &Lease,
+    (forwarded, which): (Instant, &str),
+) -> Step {
     let full = lease.ttl() - lease.candidacy().drift_margin();
     let bound = forwarded + full.saturating_sub(lease.expiry_lead());
     cx.check(Property::Contract, lease.valid_until() <= bound, || {
         format!(
-            "the {what}'s deadline is {:?} later than its last request's forwarding + TTL \
-             - drift margin - expiry lead: counted from the answer, not from the send",
+            "the {what}'s deadline is {:?} later than its {which} request's forwarding + TTL \
+             - drift margin - expiry lead: counted from a later instant than the send of the \
+             request that started the TTL",
             lease.valid_until() - bound
         )
     })
@@ -29,8 +50,9 @@ fn counted_from_send(cx: &Cx, what: &str, lease: &Lease, forwarded: Instant) -> 
 
 /// The fault proxy holds back the answers to a grant, then (second round)
 /// to a renewal, for a quarter TTL each; the lease's `valid_until` must be at
-/// most the instant the proxy forwarded the call's last request plus TTL less
-/// the drift margin (and expiry lead). A backend stamping `sent_at` when the
+/// most the instant the proxy forwarded the call's request that started the
+/// TTL (its first or its last, as the factory names it) plus TTL less the
+/// drift margin (and expiry lead). A backend stamping `sent_at` when the
 /// answer arrived is a quarter TTL late. A third round holds back the
 /// answer to an Elector's own renewal: the term's `valid_until` must keep
 /// the same bound (an Elector that counts a renewal from its answer is a
@@ -59,9 +81,17 @@ pub async fn deadline_counts_from_send_under_delayed_answers(
         link.set(LinkFault::DelayAnswers(hold))
             .await
             .ctx("holding a's answers")?;
-        let granted = client.backend.acquire(&candidacy, AcquireMode::Once).await;
+        // A factory that names a grant's first request names the mode of
+        // the grant (an etcd single attempt reads the key before its
+        // LeaseGrant); on a vacant key either mode is granted at once.
+        let mode = match cx.factory().ttl_starts_with() {
+            TtlStart::FirstRequest(mode) => mode,
+            TtlStart::LastRequest => AcquireMode::Once,
+        };
+        let began = Instant::now();
+        let granted = client.backend.acquire(&candidacy, mode).await;
         let returned = Instant::now();
-        let forwarded = link.last_request_at();
+        let forwarded = ttl_request(&cx, link.as_ref(), began);
         link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
         let lease = match granted.ctx("a acquires with its answers held back")? {
             Acquisition::Granted(lease) => lease,
@@ -94,8 +124,9 @@ pub async fn deadline_counts_from_send_under_delayed_answers(
         link.set(LinkFault::DelayAnswers(hold))
             .await
             .ctx("holding a's answers")?;
+        let began = Instant::now();
         let renewed = client.backend.renew(&lease).await;
-        let forwarded = link.last_request_at();
+        let forwarded = ttl_request(&cx, link.as_ref(), began);
         link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
         let renewed = renewed.ctx("a renews with its answers held back")?;
         cx.safety().extend(term, renewed.valid_until());
