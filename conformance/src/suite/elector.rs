@@ -241,11 +241,13 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
         link.set(LinkFault::Pass).await.ctx("healing a's link")?;
         // What the cut held (a's late renewal) lands: wait until it has been
         // answered (at most a round trip, as long as a link that cannot tell waits).
-        if let Some(waited) = cx.until_link_quiet(link.as_ref(), healed, rt).await {
-            cx.note(format!(
+        match cx.until_link_quiet(link.as_ref(), healed, rt).await {
+            Some(waited) if waited < rt => cx.note(format!(
                 "a's held traffic landed {:.1} ms after its link healed",
                 waited.as_secs_f64() * 1000.0
-            ));
+            )),
+            Some(_) => cx.note("a's link had not gone quiet a round trip after it healed"),
+            None => {}
         }
         let probe = Holder::try_acquire(&cx, &cc, &key, "c").await?;
         let holder = probe.as_ref().err().map(|i| i.identity.clone());
