@@ -281,7 +281,10 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
         let standby = Standby::start(&cx, elector(&cx, &cc, &key, "c2")?);
         cx.until_waiting(&key, 1).await?;
         let cut = Instant::now();
-        link2.set(LinkFault::Blackhole).await.ctx("cutting a2 off")?;
+        link2
+            .set(LinkFault::Blackhole)
+            .await
+            .ctx("cutting a2 off")?;
         let mut c2 = standby.fails_over(&cx, cut, bound).await?;
         running.cancelled_in_time(&cx, &a2_term, c2.id, rt)?;
         link2.set(LinkFault::Pass).await.ctx("healing a2's link")?;
