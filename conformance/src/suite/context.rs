@@ -366,6 +366,18 @@ impl Cx {
         Ok(median)
     }
 
+    /// How long a request the link forwarded may still be on its way to
+    /// the servers: half the slowest round trip the case measured
+    /// ([`measure_round_trip`](Self::measure_round_trip)), zero where it
+    /// measured none. A standby's last request, forwarded a moment before
+    /// the holder stepped down and released, may be served after the
+    /// release (a read that finds the key free): the overlap check allows
+    /// for it ([`SafetyRecorder::overlaps`](super::SafetyRecorder::overlaps)).
+    pub fn in_flight_allowance(&self) -> Duration {
+        let measured = *self.0.measured.lock().unwrap_or_else(|e| e.into_inner());
+        measured.map_or(Duration::ZERO, |rt| rt / 2)
+    }
+
     /// `bound`, or `per_round_trip` times the slowest round trip the case
     /// measured ([`measure_round_trip`](Self::measure_round_trip)) if that
     /// is more: a bound on what a loaded machine stretches.

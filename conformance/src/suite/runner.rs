@@ -175,7 +175,7 @@ where
 /// still claiming validity when another was granted).
 fn finish_safety(cx: &Cx) -> Step {
     let overlaps = (cx.safety().len() >= 2).then(|| {
-        let mut found = cx.safety().overlaps();
+        let mut found = cx.safety().overlaps(cx.in_flight_allowance());
         found.extend(cx.safety().witnessed_overlaps());
         found
     });

@@ -3,6 +3,7 @@
 //! through with their fencing tokens.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures::FutureExt;
 
@@ -202,11 +203,18 @@ impl SafetyRecorder {
     /// [`granted_after`](TermRecord::granted_after) comes before an earlier
     /// term's [`end`](TermRecord::end).
     ///
+    /// Where `granted_after` is the grantee link's last forwarded request
+    /// (earlier than when the candidate learnt of the grant), that request
+    /// may still have been on its way, and been served after the earlier
+    /// term's release: it counts from `in_flight` later (at most from when
+    /// the candidate learnt of the grant). With the case's round trip
+    /// measured, half of it; else none.
+    ///
     /// The end an Elector term's watcher records is when the watcher ran
     /// after the term's `lost()` resolved, which may trail the term's real
     /// end by a task's scheduling; where the witness at `b`'s grant read
     /// the term itself and found it over, that exact reading stands.
-    pub fn overlaps(&self) -> Vec<String> {
+    pub fn overlaps(&self, in_flight: Duration) -> Vec<String> {
         let mut terms: Vec<(TermId, TermRecord)> = self
             .terms()
             .iter()
@@ -218,12 +226,17 @@ impl SafetyRecorder {
         for (i, (a_id, a)) in terms.iter().enumerate() {
             let later = terms[i + 1..].iter().map(|(_, b)| b);
             for b in later.filter(|b| b.key == a.key && !b.seen_over.contains(a_id)) {
-                if b.granted_after < a.end() {
+                let granted = if b.granted_after < b.start {
+                    (b.granted_after + in_flight).min(b.start)
+                } else {
+                    b.start
+                };
+                if granted < a.end() {
                     found.push(format!(
                         "{} (token {:?}) still valid for {:?} after {} (token {:?}) was granted",
                         a.holder,
                         a.token.map(|t| t.get()),
-                        a.end() - b.granted_after,
+                        a.end() - granted,
                         b.holder,
                         b.token.map(|t| t.get()),
                     ));
