@@ -33,6 +33,7 @@ fn granted(
     sent: Instant,
     name: &str,
     key: &ElectionKey,
+    waited: bool,
 ) -> Step<Holder> {
     let now = Instant::now();
     cx.check(
@@ -62,9 +63,9 @@ fn granted(
         now,
         lease.valid_until(),
     );
-    if let Some(forwarded) = client.link.as_ref().and_then(|l| l.last_request_at()) {
-        cx.safety()
-            .granted_after(term, forwarded.max(lease.sent_at()));
+    let forwarded = client.link.as_ref().and_then(|l| l.last_request_at());
+    if let Some(at) = grant_bound(cx, waited, forwarded, lease.sent_at()) {
+        cx.safety().granted_after(term, at);
     }
     Ok(Holder {
         cx: cx.clone(),
@@ -72,6 +73,30 @@ fn granted(
         lease,
         term,
     })
+}
+
+/// A lower bound on when the servers made a grant, for the overlap check
+/// ([`SafetyRecorder::granted_after`](super::SafetyRecorder::granted_after)):
+/// the later of the grantee link's last forwarded request (`forwarded`) and
+/// the instant its deadline counts from (`sent_at`), where the grantee's own
+/// request decided it. Not for a grant the candidate `waited` for on
+/// networked servers: that one is decided by another client's write (a
+/// release, an expiry) while the candidate sends nothing, and what it last
+/// sent (a keep-alive, a look; its deadline counts from the last) comes
+/// before that write, and so before the previous holder stepped down; the
+/// bound is then when it learnt of the grant. On servers in the test
+/// process, the deadline of a waited-for grant counts from the servers' own
+/// grant instant, which is exact.
+fn grant_bound(
+    cx: &Cx,
+    waited: bool,
+    forwarded: Option<Instant>,
+    sent_at: Instant,
+) -> Option<Instant> {
+    if waited && !cx.timing().in_process {
+        return None;
+    }
+    forwarded.map(|at| at.max(sent_at))
 }
 
 /// A waiting acquire's answer: the holder, or a contract failure if it
@@ -85,7 +110,7 @@ fn waited(
     key: &ElectionKey,
 ) -> Step<Holder> {
     match outcome {
-        Acquisition::Granted(lease) => granted(cx, client, lease, sent, name, key),
+        Acquisition::Granted(lease) => granted(cx, client, lease, sent, name, key, true),
         Acquisition::Held(info) => {
             cx.check(Property::Contract, false, || {
                 format!("a waiting acquire returned Held({info:?})")
@@ -110,7 +135,9 @@ impl Holder {
             .await
             .ctx(format_args!("{name} acquires"))?
         {
-            Acquisition::Granted(lease) => Ok(Ok(granted(cx, client, lease, sent, name, key)?)),
+            Acquisition::Granted(lease) => {
+                Ok(Ok(granted(cx, client, lease, sent, name, key, false)?))
+            }
             Acquisition::Held(info) => Ok(Err(info)),
         }
     }
@@ -271,7 +298,7 @@ impl Leader {
     /// its loss: the term ends in the safety recorder when its own
     /// [`Term::lost`] resolves, never by the case's say-so.
     pub fn new(cx: &Cx, leadership: Leadership) -> Leader {
-        Self::granted(cx, leadership, None)
+        Self::granted(cx, leadership, None, false)
     }
 
     /// As [`new`](Self::new), for a leadership that `from`'s campaign just
@@ -279,8 +306,14 @@ impl Leader {
     /// the grant is taken to come no earlier than the later of the last
     /// request forwarded before the answer and the instant the grant's
     /// deadline counts from (its `valid_until` less the TTL and drift
-    /// margin); elsewhere, at the answer.
-    pub fn granted(cx: &Cx, leadership: Leadership, from: Option<&Elector>) -> Leader {
+    /// margin); elsewhere, or for a grant it `waited` for on networked
+    /// servers, at the answer (see `grant_bound`).
+    pub fn granted(
+        cx: &Cx,
+        leadership: Leadership,
+        from: Option<&Elector>,
+        waited: bool,
+    ) -> Leader {
         let now = Instant::now();
         let term = leadership.term();
         let forwarded = from.and_then(|e| {
@@ -288,7 +321,7 @@ impl Leader {
             let candidacy = e.candidacy();
             let counted = candidacy.ttl().checked_sub(candidacy.drift_margin())?;
             let sent = term.valid_until().checked_sub(counted)?;
-            Some(link.last_request_at()?.max(sent))
+            grant_bound(cx, waited, link.last_request_at(), sent)
         });
         let id = cx.safety().begin_term(&term, now);
         if let Some(at) = forwarded {
@@ -317,7 +350,7 @@ impl Leader {
             .within(limit, "campaign", elector.campaign())
             .await?
             .ctx("campaign")?;
-        Ok(Leader::granted(cx, leadership, Some(elector)))
+        Ok(Leader::granted(cx, leadership, Some(elector), false))
     }
 
     /// When and why the term ended, once observed.
@@ -358,7 +391,7 @@ impl Standby {
         let cx = cx.clone();
         let handle = tokio::spawn(async move {
             let leadership = elector.campaign().await.ctx("standby campaign")?;
-            Ok(Leader::granted(&cx, leadership, Some(&elector)))
+            Ok(Leader::granted(&cx, leadership, Some(&elector), true))
         });
         Standby { handle }
     }
@@ -371,7 +404,7 @@ impl Standby {
         let handle = tokio::spawn(async move {
             let leadership = elector.campaign().await.ctx("standby campaign")?;
             first();
-            Ok(Leader::granted(&cx, leadership, Some(&elector)))
+            Ok(Leader::granted(&cx, leadership, Some(&elector), true))
         });
         Standby { handle }
     }
@@ -446,7 +479,7 @@ impl Running {
             elector
                 .run(move |leadership| {
                     let stamp = DropStamp(stamp.clone());
-                    let leader = Leader::granted(&cx, leadership, Some(&from));
+                    let leader = Leader::granted(&cx, leadership, Some(&from), true);
                     tx.send_replace(Some((leader.id, leader.term.clone())));
                     async move {
                         let _held = (stamp, leader);
