@@ -138,7 +138,7 @@ async fn campaign(
         if mode == AcquireMode::Once {
             let ahead = &position.children[..index];
             if let Some(info) = latch::leader(client, &election, ahead, &settings).await? {
-                drop(guard); // withdraws our node
+                guard.withdraw(settings.request_timeout).await;
                 return Ok(Acquisition::Held(info));
             }
             continue;
@@ -272,6 +272,21 @@ impl DeleteOnDrop {
     /// The candidacy leads: its claim goes on to the held lease.
     fn disarm(mut self) -> Claim {
         self.armed.take().expect("armed until disarmed").claim
+    }
+
+    /// Withdraws the candidacy now, and returns once its node is gone (or
+    /// its session ended), or after `within`: a refused single attempt
+    /// leaves no node behind that the next attempts would take for a
+    /// holder. The withdrawal goes on if the caller stops waiting.
+    async fn withdraw(mut self, within: Duration) {
+        if let Some(withdrawal) = self.armed.take() {
+            let (done, gone) = tokio::sync::oneshot::channel();
+            tenure_core::hosted::spawn_cleanup(async move {
+                withdrawal.run().await;
+                let _ = done.send(());
+            });
+            let _ = tokio::time::timeout(within, gone).await;
+        }
     }
 }
 
