@@ -16,12 +16,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::{kube_config_for, kube_url, KubeconfigFile, LeaseServer};
+use tenure_conformance::lease_server::{
+    etcd_client_for_tests, kube_config_for, kube_url, KubeconfigFile, LeaseServer,
+};
 use tenure_conformance::{
     until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
     ServerFaults, Target,
 };
-use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
+use tenure_core::{CandidateId, Capabilities, ElectionKey, Error, LeaseBackend, Result};
 use tenure_kube::{kube, KubeLeaseBackend, KubeOptions};
 
 /// The variable naming a real cluster's kubeconfig.
@@ -36,6 +38,8 @@ enum Deployment {
         _cluster: Arc<Cluster>,
         servers: ClusterServers,
         server: LeaseServer,
+        /// A client of the etcd under `server`, for looking without a request to it.
+        etcd: Box<etcd_client::Client>,
         /// The kubeconfig candidate processes use: it reaches the server
         /// through `_candidate_link`.
         candidate_kubeconfig: KubeconfigFile,
@@ -80,6 +84,7 @@ impl KubeFactory {
         let server = LeaseServer::start(&cluster.endpoints())
             .await
             .expect("lease server");
+        let etcd = Box::new(etcd_client_for_tests(&server).await.expect("etcd client"));
         let config = server.kube_config().await.expect("kubeconfig");
         let inspector = KubeLeaseBackend::from_config(config, KubeOptions::default())
             .await
@@ -100,6 +105,7 @@ impl KubeFactory {
                 servers: ClusterServers::new(cluster.clone()),
                 _cluster: cluster,
                 server,
+                etcd,
                 candidate_kubeconfig,
                 _candidate_link: candidate_link,
             },
@@ -223,6 +229,42 @@ impl BackendFactory for KubeFactory {
             Deployment::TestServer { server, .. } => Some(Ok(server.served())),
             Deployment::Real { .. } => None,
         }
+    }
+
+    /// The test server's open watches of `key` from waiting candidates
+    /// (tenure-kube says so in their User-Agent, with the candidate's
+    /// identity), but the holder's: a candidate just granted closes its
+    /// waiting watch, and the server hears of that a moment later. The
+    /// holder is read from etcd, so the count is no request to the server.
+    /// A real cluster does not tell.
+    async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
+        let Deployment::TestServer { server, etcd, .. } = &self.deployment else {
+            return None;
+        };
+        let ns = self.inspector.namespace();
+        let stored = etcd
+            .kv_client()
+            .get(format!("/registry/leases/{ns}/{key}"), None)
+            .await;
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(e) => return Some(Err(harness(e))),
+        };
+        let holder = stored
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<serde_json::Value>(kv.value()).ok())
+            .and_then(|lease| lease["spec"]["holderIdentity"].as_str().map(str::to_owned))
+            .and_then(|holder| CandidateId::new(holder).ok())
+            .map(|holder| tenure_kube::waiting_user_agent(&holder));
+        let waiting = server
+            .open_watches(ns, key.as_str())
+            .into_iter()
+            .filter(|(agent, _)| agent.starts_with("tenure-kube/") && agent.contains(" (waiting"))
+            .filter(|(agent, _)| holder.as_ref() != Some(agent))
+            .map(|(_, k)| k)
+            .sum();
+        Some(Ok(waiting))
     }
 
     async fn key_exists(&self, key: &ElectionKey) -> Option<Result<bool>> {

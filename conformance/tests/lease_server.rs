@@ -454,3 +454,85 @@ async fn refused_requests_say_why_and_when_to_come_back() {
     let r = f.http.get(f.url(None)).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
 }
+
+/// A watch hears a change made right after it opened at once, as
+/// kube-apiserver's watch cache tells every watcher at once, however
+/// recently it started, even where the watch starts from a resourceVersion
+/// that etcd's revision has since passed (other objects written), and each
+/// open watch is counted under its User-Agent until it closes.
+///
+/// Two delays the server had: a watch etcd serves from a past revision
+/// waits for etcd's catch-up loop, every 100 ms (`watchResyncInterval`,
+/// mvcc/watchable_store.go); and an event written just after the watch's
+/// headers waited for the client's delayed ACK of them (Nagle's algorithm;
+/// Go, and so kube-apiserver, sets TCP_NODELAY). Either put the median
+/// of these trials at tens of milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_right_after_a_watch_opened_reaches_it_at_once() {
+    const TRIALS: usize = 11;
+    let f = fixture().await;
+    let (_, mut object) = f.post(&lease("quick", "x", 2, 0)).await;
+    let mut took = Vec::with_capacity(TRIALS);
+    for trial in 0..TRIALS {
+        // Another object's write moves etcd's revision past the Lease's.
+        f.post(&lease(&format!("other-{trial}"), "x", 2, 0)).await;
+        let url = format!(
+            "{}?watch=1&fieldSelector=metadata.name%3Dquick&resourceVersion={}",
+            f.url(None),
+            rv(&object)
+        );
+        let agent = format!("watcher-{trial}");
+        let mut response = f
+            .http
+            .get(url)
+            .header("user-agent", &agent)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        assert_eq!(
+            f.server.open_watches("default", "quick"),
+            [(agent.clone(), 1)],
+            "trial {trial}: the open watch, counted under its User-Agent"
+        );
+        object["spec"]["holderIdentity"] = json!(format!("h{trial}"));
+        let written = std::time::Instant::now();
+        let (code, updated) = f.put("quick", &object).await;
+        assert_eq!(code, 200, "{updated}");
+        let mut buffer = Vec::new();
+        let event = loop {
+            let chunk = tokio::time::timeout(std::time::Duration::from_secs(5), response.chunk())
+                .await
+                .expect("the change within 5 s")
+                .unwrap()
+                .expect("the stream open");
+            buffer.extend_from_slice(&chunk);
+            if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                break serde_json::from_slice::<Value>(&buffer[..end]).unwrap();
+            }
+        };
+        took.push(written.elapsed());
+        assert_eq!(event["type"], "MODIFIED", "{event}");
+        assert_eq!(rv(&event["object"]), rv(&updated));
+        object = updated;
+        drop(response);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !f.server.open_watches("default", "quick").is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "trial {trial}: the closed watch still counted after 5 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+    took.sort();
+    let median = took[TRIALS / 2];
+    println!(
+        "write to event: median {median:?}, max {:?}",
+        took[TRIALS - 1]
+    );
+    assert!(
+        median <= std::time::Duration::from_millis(20),
+        "write to event: median {median:?} of {took:?}"
+    );
+}

@@ -363,6 +363,7 @@ async fn list_or_watch(
     State(store): State<Store>,
     Path(ns): Path<String>,
     Query(params): Params,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     let name = match name_selector(&params) {
         Ok(name) => name,
@@ -390,7 +391,13 @@ async fn list_or_watch(
             .get("timeoutSeconds")
             .and_then(|t| t.parse::<u64>().ok())
             .map_or(Duration::from_secs(1800), Duration::from_secs);
-        return watch::watch(store, ns, name, rv, flag("allowWatchBookmarks"), timeout).await;
+        let user_agent = headers
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let bookmarks = flag("allowWatchBookmarks");
+        return watch::watch(store, ns, name, rv, bookmarks, timeout, user_agent).await;
     }
     match store.list(&ns, name.as_deref()).await {
         Ok((items, revision)) => Json(json!({

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tenure_kube::kube;
 
 use crate::harness::HarnessError;
@@ -123,6 +124,14 @@ impl LeaseServer {
     /// kube-apiserver's `GuaranteedUpdate` refuses it before writing.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// The watches of Lease `name` in `namespace` open on this instance, by
+    /// the User-Agent their requests came with; each is counted once etcd
+    /// has created it, from when a change of the Lease reaches the watcher
+    /// at once.
+    pub fn open_watches(&self, namespace: &str, name: &str) -> Vec<(String, usize)> {
+        self.expired.open_on(namespace, name)
     }
 
     /// HTTP requests this instance answered (reads, writes, lists, watches
@@ -277,7 +286,14 @@ async fn run(
                 let store = store::Store::new(client, writes, served, expired, faults);
                 let app = api::router(store);
                 tokio::select! {
-                    _ = axum::serve(listener, app) => {}
+                    // Go sets TCP_NODELAY on every TCP connection, so
+                    // kube-apiserver's answers are never held back by Nagle's
+                    // algorithm: without it, a watch event written shortly
+                    // after the watch's headers waited here for the client's
+                    // delayed ACK of them (up to 40 ms on Linux).
+                    _ = axum::serve(listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    }), app) => {}
                     _ = shutdown_rx => {}
                 }
             });

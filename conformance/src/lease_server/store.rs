@@ -100,18 +100,36 @@ where
     }
 }
 
+/// Whom a watch is for: its namespace, the Lease it names, its User-Agent.
+pub(crate) type WatchTarget = (String, String, String);
+
 /// When open watches are to end with 410 Gone (a generation, bumped each
 /// time), and how many watches are open in each generation: those of the
-/// current one were opened since the last bump and are not to end.
+/// current one were opened since the last bump and are not to end. Also
+/// how many are open on each Lease, by User-Agent.
 #[derive(Debug, Default)]
 pub(crate) struct Expiries {
     generation: tokio::sync::watch::Sender<u64>,
     open: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
+    targets: std::sync::Mutex<std::collections::HashMap<WatchTarget, usize>>,
 }
 
 impl Expiries {
     fn open(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, usize>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn targets(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<WatchTarget, usize>> {
+        self.targets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The watches open on Lease `name` in `namespace`, by User-Agent.
+    pub(crate) fn open_on(&self, namespace: &str, name: &str) -> Vec<(String, usize)> {
+        let targets = self.targets();
+        let on = targets
+            .iter()
+            .filter(|((ns, n, _), _)| ns == namespace && n == name);
+        on.map(|((_, _, agent), k)| (agent.clone(), *k)).collect()
     }
 
     /// Watches open in the current generation.
@@ -132,16 +150,23 @@ impl Expiries {
 pub(crate) struct OpenWatch {
     expiries: Arc<Expiries>,
     generation: u64,
+    target: Option<WatchTarget>,
+}
+
+fn forget<K: Eq + std::hash::Hash>(counts: &mut std::collections::HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
+        }
+    }
 }
 
 impl Drop for OpenWatch {
     fn drop(&mut self) {
-        let mut open = self.expiries.open();
-        if let Some(n) = open.get_mut(&self.generation) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.generation);
-            }
+        forget(&mut self.expiries.open(), &self.generation);
+        if let Some(target) = &self.target {
+            forget(&mut self.expiries.targets(), target);
         }
     }
 }
@@ -176,12 +201,21 @@ impl Store {
 
     /// A watch opened (after subscribing to `expiries`), counted until the
     /// guard drops.
-    pub(crate) fn watch_opened(&self, expiries: &tokio::sync::watch::Receiver<u64>) -> OpenWatch {
+    /// `target` is whom a watch of one Lease is for.
+    pub(crate) fn watch_opened(
+        &self,
+        expiries: &tokio::sync::watch::Receiver<u64>,
+        target: Option<WatchTarget>,
+    ) -> OpenWatch {
         let generation = *expiries.borrow();
         *self.expired.open().entry(generation).or_default() += 1;
+        if let Some(target) = &target {
+            *self.expired.targets().entry(target.clone()).or_default() += 1;
+        }
         OpenWatch {
             expiries: self.expired.clone(),
             generation,
+            target,
         }
     }
 

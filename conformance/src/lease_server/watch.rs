@@ -41,6 +41,38 @@ fn is_compacted(e: &etcd_client::Error) -> bool {
     e.to_string().contains("compacted")
 }
 
+/// etcd's current revision, if the key `watch_key` is unchanged since `rv`
+/// (it exists and was last written at or before `rv`): a watch of it from
+/// `rv` can then start after the current revision, with nothing missed.
+///
+/// Why: etcd serves a watch that starts at or before its current revision
+/// from its "unsynced" group, which a background loop catches up every
+/// 100 ms (`watchResyncInterval`, mvcc/watchable_store.go), and holds that
+/// watch's new events until then, so a change made in the first 100 ms
+/// reached the watcher up to 100 ms late. kube-apiserver serves watches from
+/// its watch cache (cacher.go), which sends a new event to every watcher at
+/// once, however recently it started. A waiting candidate watches from the
+/// resourceVersion it just read, usually while other keys move etcd's
+/// revision on: this server made the first hand-over after a candidate
+/// queued up to 100 ms slower than kube-apiserver would.
+async fn unchanged_since(
+    store: &Store,
+    watch_key: &str,
+    rv: i64,
+) -> Result<Option<i64>, etcd_client::Error> {
+    let got = super::store::sent(|| {
+        let mut kv = store.client().kv_client();
+        let key = watch_key.to_owned();
+        async move { kv.get(key, None).await }
+    })
+    .await?;
+    let current = got.header().map_or(0, |h| h.revision());
+    Ok(match got.kvs().first() {
+        Some(kv) if kv.mod_revision() <= rv && rv <= current => Some(current),
+        _ => None,
+    })
+}
+
 /// A 200 watch answer that carries `event` and ends.
 fn ended_with(event: Bytes) -> Response {
     Response::builder()
@@ -56,6 +88,7 @@ pub(crate) async fn watch(
     rv: Option<i64>,
     bookmarks: bool,
     timeout: Duration,
+    user_agent: String,
 ) -> Response {
     let (watch_key, with_prefix) = match &name {
         Some(name) => (key(&ns, name), false),
@@ -93,7 +126,14 @@ pub(crate) async fn watch(
                     return status::internal(format!("etcd: {e}"));
                 }
             }
-            rv + 1
+            match &name {
+                Some(_) => match unchanged_since(&store, &watch_key, rv).await {
+                    Ok(Some(current)) => current + 1,
+                    Ok(None) => rv + 1,
+                    Err(e) => return status::internal(format!("etcd: {e}")),
+                },
+                None => rv + 1,
+            }
         }
         None => match store.list(&ns, name.as_deref()).await {
             Ok((items, revision)) => {
@@ -122,7 +162,8 @@ pub(crate) async fn watch(
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let events = store.clone();
     let mut expiries = store.expiries();
-    let open = store.watch_opened(&expiries);
+    let target = name.clone().map(|name| (ns.clone(), name, user_agent));
+    let open = store.watch_opened(&expiries, target);
     tokio::spawn(async move {
         let _open = open;
         for line in initial {

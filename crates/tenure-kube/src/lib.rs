@@ -41,6 +41,19 @@ use crate::observe::Observations;
 use crate::record::{Record, Term};
 use crate::renew_time::NewestSecond;
 
+/// The `User-Agent` of the watch a candidate waiting for a Lease keeps open
+/// (and of its list after a 410 Gone): `tenure-kube/<version> (waiting;
+/// <identity>)`, the identity left out where it cannot be a header's text
+/// (it is not printable ASCII, or has a `)`). A holder's watch of its own
+/// Lease says `holder` instead, an observer's `observer`, without identity.
+/// An API server's audit log and metrics can tell them apart by it; the
+/// Lease API test server counts them, so the conformance suite knows who
+/// is waiting.
+pub fn waiting_user_agent(identity: &tenure_core::CandidateId) -> String {
+    let agent = observe::user_agent("waiting", Some(identity.as_str()));
+    agent.to_str().unwrap_or_default().to_owned()
+}
+
 /// Options for [`KubeLeaseBackend`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -213,7 +226,12 @@ impl KubeLeaseBackend {
         // The Lease as the last watch event (or our own create) showed it,
         // if that is all we need.
         let mut delivered: Option<Option<KubeLease>> = None;
-        let mut watch = observe::LeaseWatch::new(self.api.clone(), name).telling(candidacy);
+        let mut watch = observe::LeaseWatch::new(
+            self.api.clone(),
+            name,
+            observe::user_agent("waiting", Some(me)),
+        )
+        .telling(candidacy);
         // A waiting candidate waits through an apiserver's transient errors
         // (a 500 while its etcd restarts, a 429, a broken connection),
         // reading again with back-off: waiting is its job.
@@ -462,7 +480,11 @@ impl KubeLeaseBackend {
     async fn watch_inner(self, name: String, tx: tokio::sync::mpsc::Sender<Result<LeaderEvent>>) {
         let mut last: Option<LeaderEvent> = None;
         let after = self.options.request_timeout;
-        let mut watch = observe::LeaseWatch::new(self.api.clone(), &name);
+        let mut watch = observe::LeaseWatch::new(
+            self.api.clone(),
+            &name,
+            observe::user_agent("observer", None),
+        );
         // The Lease as the last watch event showed it, if it came with one.
         let mut delivered: Option<Option<KubeLease>> = None;
         loop {

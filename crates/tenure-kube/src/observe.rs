@@ -300,20 +300,47 @@ enum Relisted {
     Watching(Events),
 }
 
+/// The `User-Agent` of a watch (and of the list after a 410) for `role`:
+/// `tenure-kube/<version> (<role>)`, or `(<role>; <identity>)` for a
+/// candidate's where its identity can be a header's text. An API server's
+/// audit log and metrics can tell the watches apart by it, and the Lease API
+/// test server counts them, so the conformance suite knows who waits.
+pub(crate) fn user_agent(role: &str, identity: Option<&str>) -> http::HeaderValue {
+    let version = env!("CARGO_PKG_VERSION");
+    let named = identity
+        .filter(|id| id.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b')'))
+        .and_then(|id| {
+            http::HeaderValue::try_from(format!("tenure-kube/{version} ({role}; {id})")).ok()
+        });
+    named.unwrap_or_else(|| {
+        http::HeaderValue::try_from(format!("tenure-kube/{version} ({role})"))
+            .expect("an ASCII header value")
+    })
+}
+
 /// Where a watch or list goes (shared across threads while a request is
 /// on its way, which the open stream is not).
 struct Target {
     client: Client,
     url: String,
     name: String,
+    /// Whom the watch is for ([`user_agent`]).
+    user_agent: http::HeaderValue,
 }
 
 impl Target {
+    fn agent(&self, mut request: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+        request
+            .headers_mut()
+            .insert(http::header::USER_AGENT, self.user_agent.clone());
+        request
+    }
+
     async fn start(&self, resource_version: &str) -> Result<Events, Failure> {
         let request = kube::core::Request::new(&self.url)
             .watch(&params_for(&self.name), resource_version)
             .map_err(|e| Failure::from(kube::Error::BuildRequest(e)))?;
-        let body = send(&self.client, request, "watch").await?;
+        let body = send(&self.client, self.agent(request), "watch").await?;
         Ok(events(body))
     }
 
@@ -323,7 +350,7 @@ impl Target {
         let request = kube::core::Request::new(&self.url)
             .list(&params)
             .map_err(|e| Failure::from(kube::Error::BuildRequest(e)))?;
-        let body = send(&self.client, request, "list").await?;
+        let body = send(&self.client, self.agent(request), "list").await?;
         let bytes = body.collect().await.map_err(Failure::from)?.to_bytes();
         let list: ObjectList<Lease> = serde_json::from_slice(&bytes)
             .map_err(|e| Failure::from(kube::Error::SerdeError(e)))?;
@@ -381,12 +408,14 @@ pub(crate) struct LeaseWatch {
 }
 
 impl LeaseWatch {
-    pub(crate) fn new(api: Api<Lease>, name: &str) -> LeaseWatch {
+    /// A watch of `name`, its requests sent with `user_agent` ([`user_agent`]).
+    pub(crate) fn new(api: Api<Lease>, name: &str, user_agent: http::HeaderValue) -> LeaseWatch {
         LeaseWatch {
             target: Target {
                 url: api.resource_url().to_owned(),
                 client: api.into_client(),
                 name: name.to_owned(),
+                user_agent,
             },
             name: name.to_owned(),
             open: None,
@@ -534,5 +563,30 @@ impl LeaseWatch {
             return self.failed("watch", ended).await;
         }
         (Change::Unknown, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::user_agent;
+
+    #[test]
+    fn a_user_agent_names_the_role_and_an_identity_that_can_be_header_text() {
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(
+            user_agent("waiting", Some("pod-7")),
+            format!("tenure-kube/{version} (waiting; pod-7)").as_str()
+        );
+        assert_eq!(
+            user_agent("holder", None),
+            format!("tenure-kube/{version} (holder)").as_str()
+        );
+        for unfit in ["pödchen", "a)b", "tab\there"] {
+            assert_eq!(
+                user_agent("waiting", Some(unfit)),
+                format!("tenure-kube/{version} (waiting)").as_str(),
+                "{unfit:?}"
+            );
+        }
     }
 }

@@ -69,7 +69,8 @@ async fn until_lost(
     term: &Term,
     request_timeout: Duration,
 ) -> LossReason {
-    let mut watch = LeaseWatch::new(api.clone(), name);
+    let agent = crate::observe::user_agent("holder", None);
+    let mut watch = LeaseWatch::new(api.clone(), name, agent);
     let mut pause = Duration::from_millis(50);
     let mut look = true;
     loop {
