@@ -554,16 +554,8 @@ impl RedlockBackend {
             .get(quorum - 1)
             .or_else(|| holders.iter().map(|(_, left)| left).max())
             .copied();
-        let mut counts: Vec<(String, usize)> = Vec::new();
-        for (holder, _) in holders {
-            match counts.iter_mut().find(|(h, _)| *h == holder) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((holder, 1)),
-            }
-        }
-        counts.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
         Attempt::NotGranted {
-            holder: counts.into_iter().next().map(|(h, _)| h),
+            holder: likeliest_holder(holders),
             free_in,
             no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
             failures,
@@ -969,6 +961,30 @@ fn eviction_risk(maxmemory: Option<&str>, policy: &str) -> Option<String> {
     ))
 }
 
+/// Who most likely holds a key, from the holders the masters that refused
+/// named (with the time their keys have left): the one most masters named,
+/// and of those named as often, the one whose key has the most time left,
+/// that is the newest grant. A release returns once a majority let go, so a
+/// key the last holder released may still stand on one master while its
+/// successor holds the others; a racer that saw each once names the
+/// successor.
+fn likeliest_holder(holders: Vec<(String, Duration)>) -> Option<String> {
+    let mut counts: Vec<(String, usize, Duration)> = Vec::new();
+    for (holder, left) in holders {
+        match counts.iter_mut().find(|(h, _, _)| *h == holder) {
+            Some((_, c, most)) => {
+                *c += 1;
+                *most = (*most).max(left);
+            }
+            None => counts.push((holder, 1, left)),
+        }
+    }
+    counts
+        .into_iter()
+        .max_by_key(|(_, count, left)| (*count, *left))
+        .map(|(holder, _, _)| holder)
+}
+
 /// Releases a round's value on every master when dropped armed.
 struct Undo {
     backend: RedlockBackend,
@@ -1154,6 +1170,34 @@ impl HostedBackend for RedlockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_likeliest_holder_is_the_most_named_then_the_newest() {
+        let ms = Duration::from_millis;
+        let named = |list: &[(&str, u64)]| {
+            likeliest_holder(
+                list.iter()
+                    .map(|(h, left)| (h.to_string(), ms(*left)))
+                    .collect(),
+            )
+        };
+        assert_eq!(named(&[]), None);
+        // A majority's holder, though another key has more time left.
+        assert_eq!(
+            named(&[("old", 900), ("new", 300), ("new", 310)]).as_deref(),
+            Some("new")
+        );
+        // Named once each: a released key left on one master (less time
+        // left) and its successor's.
+        assert_eq!(
+            named(&[("released", 420), ("successor", 990)]).as_deref(),
+            Some("successor")
+        );
+        assert_eq!(
+            named(&[("successor", 990), ("released", 420)]).as_deref(),
+            Some("successor")
+        );
+    }
 
     #[test]
     fn only_a_memory_limit_with_an_evicting_policy_is_a_risk() {
