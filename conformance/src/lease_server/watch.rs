@@ -52,9 +52,9 @@ fn is_compacted(e: &etcd_client::Error) -> bool {
 /// reached the watcher up to 100 ms late. kube-apiserver serves watches from
 /// its watch cache (cacher.go), which sends a new event to every watcher at
 /// once, however recently it started. A waiting candidate watches from the
-/// resourceVersion it just read, usually while other keys move etcd's
-/// revision on: this server made the first hand-over after a candidate
-/// queued up to 100 ms slower than kube-apiserver would.
+/// resourceVersion it just read; where other objects were written since,
+/// this server made the first hand-over after it queued up to 100 ms slower
+/// than kube-apiserver would.
 async fn unchanged_since(
     store: &Store,
     watch_key: &str,
