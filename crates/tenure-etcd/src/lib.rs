@@ -381,7 +381,7 @@ impl EtcdBackend {
             if mode == AcquireMode::Once {
                 let (leader, _) = election::leader(client, &prefix, settings).await?;
                 let holder = election::leader_info(leader.as_ref().unwrap_or(&pred));
-                drop(guard); // withdraws our key
+                guard.withdraw(settings.request_timeout).await;
                 return Ok(Acquisition::Held(holder));
             }
             // Wait for the predecessor to go, keeping our own lease alive meanwhile.
@@ -617,6 +617,21 @@ impl RevokeOnDrop {
     }
     fn disarm(&mut self) {
         self.armed = None;
+    }
+
+    /// Withdraws the candidacy now, and returns once its lease is revoked
+    /// (or gone), or after `within`: a refused single attempt leaves no key
+    /// behind that the next attempts would take for the leader's. The
+    /// withdrawal goes on if the caller stops waiting.
+    async fn withdraw(mut self, within: Duration) {
+        if let Some((client, lease_id, settings, ttl)) = self.armed.take() {
+            let (done, gone) = tokio::sync::oneshot::channel();
+            tenure_core::hosted::spawn_cleanup(async move {
+                withdraw(client, lease_id, settings, ttl).await;
+                let _ = done.send(());
+            });
+            let _ = tokio::time::timeout(within, gone).await;
+        }
     }
 }
 

@@ -490,3 +490,57 @@ async fn a_holder_whose_key_is_deleted_stops_being_valid_within_50ms() {
     );
     assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
 }
+
+/// A single attempt that passed its first read (the key was vacant), took
+/// its place in line and found a leader ahead of it is refused; it returns
+/// only once its key is withdrawn. Returning first, with the revoke still
+/// on its way, left its key in line behind the leader: after the leader
+/// released, the next single attempts read it as the leader's and were told
+/// `Held` by a candidate that had given up (the suite's contention case, on
+/// three nodes under load: "round 2: …-r2-9 won, but 1 refused racers were
+/// told Held by …-r1-3").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_single_attempt_returns_with_its_key_withdrawn() {
+    let cluster = etcd().await;
+    let a = connect(&cluster, EtcdOptions::default()).await;
+    let (b, link) = connect_proxied(&cluster, EtcdOptions::default()).await;
+    // b's requests reach the server 400 ms after they are sent, and their
+    // answers come 400 ms later.
+    let one_way = Duration::from_millis(400);
+    link.set(LinkFault::Delay(one_way * 2)).await.unwrap();
+    // A TTL long enough for a's key to outlast b's slow attempt.
+    let wants = |who: &str| {
+        Candidacy::new(
+            ElectionKey::new("withdrawn").unwrap(),
+            CandidateId::new(who).unwrap(),
+            Duration::from_secs(10),
+        )
+        .unwrap()
+    };
+    let attempt = tokio::spawn({
+        let (b, wants) = (b.clone(), wants("b"));
+        async move { b.acquire(&wants, AcquireMode::Once).await }
+    });
+    // a is granted after b's read found the key vacant, long before b's
+    // lease grant and its key reach the server.
+    tokio::time::sleep(one_way * 3 / 2).await;
+    let lease = match a.acquire(&wants("a"), AcquireMode::Once).await.unwrap() {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(holder) => panic!("a vacant key is held by {holder:?}"),
+    };
+    match attempt.await.unwrap().unwrap() {
+        Acquisition::Held(holder) => assert_eq!(holder.identity.as_str(), "a"),
+        Acquisition::Granted(_) => panic!("b was granted a key a holds"),
+    }
+    let left: Vec<_> = keys(&a, "withdrawn/")
+        .await
+        .into_iter()
+        .map(|(_, who, _)| who)
+        .collect();
+    assert_eq!(
+        left,
+        ["a"],
+        "the keys in line once b's refused attempt returned"
+    );
+    a.release(&lease).await.unwrap();
+}
