@@ -213,16 +213,22 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
         quiet: Quiet::Shared,
     };
     run_case(factory, meta, |cx| async move {
-        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
-        let Some(link) = ca.link.clone() else {
-            return Err(Failure::Skip(
-                "the factory cannot drop a client's answers".into(),
-            ));
-        };
+        let (cb, cc) = (cx.client().await?, cx.client().await?);
         let rt = cx.timing().round_trip;
         let hold = rt / 4;
         let mut unanswered = None;
         for point in 0..DROP_POINTS {
+            // A client of its own at each point: one whose answers were
+            // dropped at the last point may still be reconnecting (a
+            // ZooKeeper client gives its connection up only after a third
+            // of the session timeout of silence), which would push its next
+            // campaign past every later point.
+            let ca = cx.client().await?;
+            let Some(link) = ca.link.clone() else {
+                return Err(Failure::Skip(
+                    "the factory cannot drop a client's answers".into(),
+                ));
+            };
             let drop_after = hold / 2 + hold * point;
             let key = cx.new_key();
             let mut watcher = Watcher::open(&cc, &key).await?;
@@ -262,7 +268,7 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
             match granted {
                 Ok(_) => {
                     let gave_up = give_up(&cx, &link, campaign, rt).await?;
-                    unanswered = Some((key, a, gave_up, drop_after));
+                    unanswered = Some((key, a, gave_up, drop_after, ca));
                     break;
                 }
                 Err(Failure::Fail(_)) => {
@@ -274,7 +280,7 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
                 Err(other) => return Err(other),
             }
         }
-        let Some((key, a, gave_up, drop_after)) = unanswered else {
+        let Some((key, a, gave_up, drop_after, _ca)) = unanswered else {
             return Err(Failure::Fail(format!(
                 "no drop point (every {hold:?} up to {:?}) lost the answer of a campaign the \
                  server granted",
