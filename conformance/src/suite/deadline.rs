@@ -49,16 +49,23 @@ fn counted_from_send(
 }
 
 /// The fault proxy holds back the answers to a grant, then (second round)
-/// to a renewal, for a quarter TTL each; the lease's `valid_until` must be at
-/// most the instant the proxy forwarded the call's request that started the
-/// TTL (its first or its last, as the factory names it) plus TTL less the
-/// drift margin (and expiry lead). A backend stamping `sent_at` when the
-/// answer arrived is a quarter TTL late. A third round holds back the
-/// answer to an Elector's own renewal: the term's `valid_until` must keep
-/// the same bound (an Elector that counts a renewal from its answer is a
-/// quarter TTL late). (A quarter, not a half: a
-/// ZooKeeper client gives a connection up after a third of the session
-/// timeout without any answer.)
+/// to a renewal, for an eighth of the TTL each; the lease's `valid_until`
+/// must be at most the instant the proxy forwarded the call's request that
+/// started the TTL (its first or its last, as the factory names it) plus
+/// TTL less the drift margin (and expiry lead). A backend stamping
+/// `sent_at` when the answer arrived is that eighth late, and the check
+/// has no slack. A third round holds back the answer to an Elector's own
+/// renewal: the term's `valid_until` must keep the same bound (an Elector
+/// that counts a renewal from its answer is an eighth late).
+///
+/// An eighth, not more: zookeeper-client gives a connection up when
+/// nothing came back for its connection timeout (a third of the session
+/// timeout, as tenure-zookeeper sets it), and pings an eighth of the
+/// session timeout after its last send, checked every 24th of it. Under a quarter-TTL
+/// hold a ping's answer came back within some 20 ms of that limit, so on
+/// a loaded machine the client dropped the connection and the held
+/// renewal failed ("nothing after 1s"); a Redis client's request timeout
+/// (a third of the TTL) was as close.
 pub async fn deadline_counts_from_send_under_delayed_answers(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
@@ -74,7 +81,7 @@ pub async fn deadline_counts_from_send_under_delayed_answers(
                 "the factory cannot delay a client's link".into(),
             ));
         };
-        let hold = cx.ttl() / 4;
+        let hold = cx.ttl() / 8;
         let key = cx.new_key();
         let candidacy = cx.candidacy(&key, "a");
 
@@ -144,8 +151,8 @@ pub async fn deadline_counts_from_send_under_delayed_answers(
         link.set(LinkFault::DelayAnswers(hold))
             .await
             .ctx("holding b's answers")?;
-        // b renews a third of a TTL after its grant; its answer comes a
-        // quarter TTL later.
+        // b renews a third of a TTL after its grant; its answer comes an
+        // eighth of a TTL later.
         let moved = cx
             .within(cx.ttl(), "b's renewal with its answers held back", async {
                 while leader.term.valid_until() <= granted_until {

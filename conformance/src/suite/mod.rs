@@ -128,6 +128,7 @@ pub const TIMED_ALONE: &[&str] = &[
     "handover_p50_over_repeated_resignations",
     "resign_hands_over_at_once",
     "release_lets_waiting_standby_lead_at_once",
+    "dropped_answer_leaves_no_ghost_grant",
 ];
 
 const fn listed(list: &[&str], name: &str) -> bool {

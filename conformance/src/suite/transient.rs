@@ -210,7 +210,13 @@ pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactor
     let meta = Meta {
         name: "dropped_answer_leaves_no_ghost_grant",
         contract: "2, 4",
-        quiet: Quiet::Shared,
+        // Timed: the standby must lead within a round trip of a giving up
+        // (a read and a compare-and-swap to withdraw the grant, then the
+        // standby's own take-over), and the case reports that failover.
+        // Beside another lane's fault cases on two cores, Kubernetes on
+        // three etcd nodes once took more than 250 ms for what takes
+        // 32 to 68 ms alone.
+        quiet: Quiet::Machine,
     };
     run_case(factory, meta, |cx| async move {
         let (cb, cc) = (cx.client().await?, cx.client().await?);
