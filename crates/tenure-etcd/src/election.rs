@@ -114,10 +114,16 @@ async fn walk(
         if let Some(revision) = revision {
             options = options.with_revision(revision);
         }
-        let mut answer = bounded(client, "get", settings.request_timeout, || {
-            let (mut kv, options) = (client.kv_client(), options.clone());
-            async move { kv.get(prefix, Some(options)).await }
-        })
+        let mut answer = bounded(
+            client,
+            "get",
+            settings.request_timeout,
+            settings.route,
+            || {
+                let (mut kv, options) = (client.kv_client(), options.clone());
+                async move { kv.get(prefix, Some(options)).await }
+            },
+        )
         .await?;
         let read_at = *revision.get_or_insert(answer.header().map_or(0, |h| h.revision()));
         let more = answer.more();
@@ -235,10 +241,16 @@ pub(crate) async fn create_key(
             Some(etcd_client::PutOptions::new().with_lease(lease_id)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let answer = bounded(client, "txn", settings.request_timeout, || {
-        let (mut kv, txn) = (client.kv_client(), txn.clone());
-        async move { kv.txn(txn).await }
-    })
+    let answer = bounded(
+        client,
+        "txn",
+        settings.request_timeout,
+        settings.route,
+        || {
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        },
+    )
     .await?;
     if answer.succeeded() {
         return Ok(answer.header().map_or(0, |h| h.revision()));
@@ -264,10 +276,16 @@ pub(crate) async fn still_ours(
     create_revision: i64,
     settings: &Settings,
 ) -> Result<bool> {
-    let answer = bounded(client, "get", settings.request_timeout, || {
-        let mut kv = client.kv_client();
-        async move { kv.get(key, None).await }
-    })
+    let answer = bounded(
+        client,
+        "get",
+        settings.request_timeout,
+        settings.route,
+        || {
+            let mut kv = client.kv_client();
+            async move { kv.get(key, None).await }
+        },
+    )
     .await?;
     Ok(answer
         .kvs()
@@ -289,10 +307,16 @@ pub(crate) async fn delete_if_ours(
             create_revision,
         )])
         .and_then([TxnOp::delete(key, None)]);
-    bounded(client, "txn", settings.request_timeout, || {
-        let (mut kv, txn) = (client.kv_client(), txn.clone());
-        async move { kv.txn(txn).await }
-    })
+    bounded(
+        client,
+        "txn",
+        settings.request_timeout,
+        settings.route,
+        || {
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        },
+    )
     .await?;
     Ok(())
 }
@@ -314,11 +338,12 @@ pub(crate) async fn deleted(
     let options = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
-    let mut stream = client
-        .watch_client()
-        .watch(key.to_vec(), Some(options))
-        .await
-        .map_err(map)?;
+    let mut stream = crate::error::watch_opened(settings.route, settings.request_timeout, || {
+        let (mut watches, options) = (client.watch_client(), options.clone());
+        async move { watches.watch(key.to_vec(), Some(options)).await }
+    })
+    .await
+    .map_err(map)?;
     let mut looked = false;
     while let Some(answer) = stream.message().await.map_err(map)? {
         if answer.canceled()
@@ -331,10 +356,16 @@ pub(crate) async fn deleted(
         }
         if answer.created() && !looked {
             looked = true;
-            let now = bounded(client, "get", settings.request_timeout, || {
-                let mut kv = client.kv_client();
-                async move { kv.get(key, None).await }
-            })
+            let now = bounded(
+                client,
+                "get",
+                settings.request_timeout,
+                settings.route,
+                || {
+                    let mut kv = client.kv_client();
+                    async move { kv.get(key, None).await }
+                },
+            )
             .await?;
             if !now
                 .kvs()

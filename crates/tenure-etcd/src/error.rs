@@ -84,6 +84,7 @@ pub(crate) async fn bounded<T, F, Fut>(
     client: &Client,
     operation: &'static str,
     after: Duration,
+    route: Route,
     mut request: F,
 ) -> tenure_core::Result<T>
 where
@@ -91,17 +92,122 @@ where
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
     let attempt = async {
-        match request().await {
-            Err(error) if needs_new_token(&error) => {
-                tracing::debug!(operation, %error, "etcd refused our auth token; authenticating again");
-                client.refresh_token().await?;
-                request().await
+        let mut refreshed = false;
+        let mut pause = UNSENT_PAUSE.0;
+        loop {
+            match request().await {
+                Err(error) if needs_new_token(&error) && !refreshed => {
+                    tracing::debug!(operation, %error, "etcd refused our auth token; authenticating again");
+                    client.refresh_token().await?;
+                    refreshed = true;
+                }
+                Err(error) if route == Route::AnyMember && never_sent(&error) => {
+                    // etcd-client's channel picked a member it could not
+                    // connect to: nothing reached the servers, so the
+                    // request goes again (the channel picks afresh), until
+                    // this request's deadline.
+                    tracing::debug!(operation, %error, retry_in = ?pause, "no connection to the member picked; sending again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(UNSENT_PAUSE.1);
+                }
+                answer => return answer,
             }
-            answer => answer,
         }
     };
     match tokio::time::timeout(after, attempt).await {
         Ok(result) => result.map_err(map),
         Err(_) => Err(Error::Timeout { operation, after }),
+    }
+}
+
+/// Opens a watch with `open` on the backend's client, opening it again
+/// while the member picked could not be connected to (see [`never_sent`]),
+/// for at most `within`; the first other answer is the result.
+pub(crate) async fn watch_opened<T, F, Fut>(
+    route: Route,
+    within: Duration,
+    mut open: F,
+) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let give_up = tokio::time::Instant::now() + within;
+    let mut pause = UNSENT_PAUSE.0;
+    loop {
+        match open().await {
+            Err(error)
+                if route == Route::AnyMember
+                    && never_sent(&error)
+                    && tokio::time::Instant::now() + pause < give_up =>
+            {
+                tracing::debug!(%error, retry_in = ?pause, "no connection to the member picked; opening the watch again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(UNSENT_PAUSE.1);
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Which member a request may go to: what decides whether a request that
+/// could not connect is sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Whichever member the client's channel picks (the backend's client,
+    /// balanced over every endpoint): one that could not connect is sent
+    /// again, and the channel picks afresh.
+    AnyMember,
+    /// The one member of a client of its own (members.rs): one that could
+    /// not connect fails at once, and the caller goes to another member.
+    ThisMember,
+}
+
+/// The first and the longest pause before a request that could not connect
+/// goes again: the first is short, since another member is likely up.
+const UNSENT_PAUSE: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(50));
+
+/// Whether the request failed because no connection could be made to the
+/// member etcd-client's channel picked for it, so that nothing was sent.
+///
+/// The channel balances over every endpoint at random and connects lazily:
+/// a member that is down (refusing, unreachable) still looks ready to it,
+/// and tonic reports the failed connection as the answer of the request
+/// that waited for it (`Unavailable`, with tonic's `ConnectError` in its
+/// sources). Go's clientv3 passes such a member over instead; resending
+/// does the same here.
+pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(status) = error else {
+        return false;
+    };
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::never_sent;
+    use tonic::{ConnectError, Status};
+
+    #[test]
+    fn only_a_connection_that_could_not_be_made_means_never_sent() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let unsent = Status::from_error(Box::new(ConnectError(Box::new(refused))));
+        assert_eq!(unsent.code(), tonic::Code::Unavailable);
+        assert!(never_sent(&etcd_client::Error::GRpcStatus(unsent)));
+        // etcd's own "unavailable" answers came from a member: sent.
+        let answered = Status::unavailable("etcdserver: leader changed");
+        assert!(!never_sent(&etcd_client::Error::GRpcStatus(answered)));
+        let broken = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!never_sent(&etcd_client::Error::IoError(broken)));
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
-use crate::error::{bounded, map, BACKEND};
+use crate::error::{bounded, map, Route, BACKEND};
 use crate::members::Members;
 use crate::Settings;
 use tenure_core::{Error, Result};
@@ -76,10 +76,16 @@ impl KeepAlive {
             // Opening the stream sends a keep-alive and reads its answer
             // (etcd-client refuses a lease that is gone): that is this call's
             // renewal.
-            None => bounded(client, "keep-alive", settings.request_timeout, || {
-                let mut leases = client.lease_client();
-                async move { leases.keep_alive(lease_id).await }
-            })
+            None => bounded(
+                client,
+                "keep-alive",
+                settings.request_timeout,
+                settings.route,
+                || {
+                    let mut leases = client.lease_client();
+                    async move { leases.keep_alive(lease_id).await }
+                },
+            )
             .await
             .map(|(keeper, stream)| {
                 self.stream = Some((member, keeper, stream));
@@ -195,6 +201,7 @@ pub(crate) async fn renew(
         let this_try = Settings {
             key_prefix: settings.key_prefix.clone(),
             request_timeout: bound,
+            route: Route::ThisMember,
         };
         let attempt = async {
             let client = members.client_within(member, bound).await?;
@@ -209,6 +216,7 @@ pub(crate) async fn renew(
                     Some((key, revision)) => {
                         let read = Settings {
                             key_prefix: settings.key_prefix.clone(),
+                            route: Route::ThisMember,
                             request_timeout: match late || !several {
                                 true => bound,
                                 false => deadline
@@ -245,15 +253,21 @@ pub(crate) async fn renew(
 
 /// Revokes a lease (deleting every key attached to it), ignoring "not found".
 pub(crate) async fn revoke(client: &Client, lease_id: i64, settings: &Settings) -> Result<()> {
-    let revoked = bounded(client, "revoke", settings.request_timeout, || {
-        let mut leases = client.lease_client();
-        async move {
-            match leases.revoke(lease_id).await {
-                Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
-                Err(e) => Err(e),
-                Ok(_) => Ok(()),
+    let revoked = bounded(
+        client,
+        "revoke",
+        settings.request_timeout,
+        settings.route,
+        || {
+            let mut leases = client.lease_client();
+            async move {
+                match leases.revoke(lease_id).await {
+                    Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
+                    Err(e) => Err(e),
+                    Ok(_) => Ok(()),
+                }
             }
-        }
-    });
+        },
+    );
     revoked.await
 }

@@ -30,7 +30,7 @@ use tenure_core::{
     HostedBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
 };
 
-use crate::error::{bounded, BACKEND};
+use crate::error::{bounded, Route, BACKEND};
 
 /// Options for [`EtcdBackend::connect`].
 #[derive(Clone, Debug)]
@@ -85,6 +85,8 @@ impl EtcdOptions {
 pub(crate) struct Settings {
     pub key_prefix: String,
     pub request_timeout: Duration,
+    /// Where the requests made with these settings go.
+    pub route: Route,
 }
 
 impl Settings {
@@ -95,6 +97,7 @@ impl Settings {
         Settings {
             key_prefix: self.key_prefix.clone(),
             request_timeout: self.request_timeout.min(ttl),
+            route: self.route,
         }
     }
 }
@@ -252,6 +255,7 @@ impl EtcdBackend {
             settings: Arc::new(Settings {
                 key_prefix: options.key_prefix,
                 request_timeout: options.request_timeout,
+                route: Route::AnyMember,
             }),
         }
     }
@@ -274,10 +278,16 @@ impl EtcdBackend {
         }
         let ttl_secs = candidacy.ttl().as_secs() as i64;
         let sent_at = Instant::now();
-        let grant = bounded(client, "lease grant", settings.request_timeout, || {
-            let mut leases = client.lease_client();
-            async move { leases.grant(ttl_secs, None).await }
-        })
+        let grant = bounded(
+            client,
+            "lease grant",
+            settings.request_timeout,
+            settings.route,
+            || {
+                let mut leases = client.lease_client();
+                async move { leases.grant(ttl_secs, None).await }
+            },
+        )
         .await?;
         let lease_id = grant.id();
         // From here on, leaving (error, or the future dropped) revokes the lease and so our key.
@@ -320,6 +330,7 @@ impl EtcdBackend {
         let mut look = Settings {
             key_prefix: settings.key_prefix.clone(),
             request_timeout: first_try,
+            route: Route::ThisMember,
         };
         // Set when the last look (after a keep-alive) has read our position already.
         let mut looked: Option<election::Position> = None;

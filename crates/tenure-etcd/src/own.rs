@@ -70,11 +70,12 @@ async fn until_deleted(
     let options = WatchOptions::new()
         .with_start_revision(from)
         .with_filters([WatchFilterType::NoPut]);
-    let mut stream = client
-        .watch_client()
-        .watch(key, Some(options))
-        .await
-        .map_err(crate::error::map)?;
+    let mut stream = crate::error::watch_opened(settings.route, settings.request_timeout, || {
+        let (mut watches, options) = (client.watch_client(), options.clone());
+        async move { watches.watch(key, Some(options)).await }
+    })
+    .await
+    .map_err(crate::error::map)?;
     while let Some(answer) = stream.message().await.map_err(crate::error::map)? {
         if answer
             .events()
@@ -115,10 +116,16 @@ async fn look(
     create_revision: i64,
     settings: &Settings,
 ) -> tenure_core::Result<Looked> {
-    let now = crate::error::bounded(client, "get", settings.request_timeout, || {
-        let mut kv = client.kv_client();
-        async move { kv.get(key, None).await }
-    })
+    let now = crate::error::bounded(
+        client,
+        "get",
+        settings.request_timeout,
+        settings.route,
+        || {
+            let mut kv = client.kv_client();
+            async move { kv.get(key, None).await }
+        },
+    )
     .await?;
     let ours = now
         .kvs()

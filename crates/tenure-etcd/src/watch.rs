@@ -37,7 +37,7 @@ use tenure_core::{Error, LeaderEvent, Result};
 use tokio::time::Instant;
 
 use crate::election::{is_candidate, leader, leader_info};
-use crate::error::{bounded, map};
+use crate::error::{bounded, map, Route};
 use crate::members::Members;
 use crate::{Settings, RETRY_PAUSE};
 
@@ -260,7 +260,7 @@ impl Watcher {
     async fn several(&mut self) -> Option<bool> {
         let answer = self
             .through_member(|client, within| async move {
-                bounded(&client, "member list", within, || {
+                bounded(&client, "member list", within, Route::ThisMember, || {
                     let mut cluster = client.cluster_client();
                     async move { cluster.member_list().await }
                 })
@@ -275,10 +275,16 @@ impl Watcher {
     async fn learn_ttl(&mut self, lease: i64) -> bool {
         let answer = self
             .through_member(|client, within| async move {
-                bounded(&client, "lease time to live", within, || {
-                    let mut leases = client.lease_client();
-                    async move { leases.time_to_live(lease, None).await }
-                })
+                bounded(
+                    &client,
+                    "lease time to live",
+                    within,
+                    Route::ThisMember,
+                    || {
+                        let mut leases = client.lease_client();
+                        async move { leases.time_to_live(lease, None).await }
+                    },
+                )
                 .await
             })
             .await;
@@ -338,6 +344,7 @@ impl Watcher {
         let settings = Settings {
             key_prefix: self.settings.key_prefix.clone(),
             request_timeout: self.doubt.try_for,
+            route: Route::ThisMember,
         };
         let prefix = self.prefix.clone();
         let (kv, revision) = self
