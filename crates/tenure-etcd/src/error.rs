@@ -91,6 +91,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
+    let give_up = tokio::time::Instant::now() + after;
     let attempt = async {
         let mut refreshed = false;
         let mut pause = UNSENT_PAUSE.0;
@@ -101,11 +102,17 @@ where
                     client.refresh_token().await?;
                     refreshed = true;
                 }
-                Err(error) if route == Route::AnyMember && never_sent(&error) => {
+                Err(error)
+                    if route == Route::AnyMember
+                        && never_sent(&error)
+                        && tokio::time::Instant::now() + pause < give_up =>
+                {
                     // etcd-client's channel picked a member it could not
                     // connect to: nothing reached the servers, so the
-                    // request goes again (the channel picks afresh), until
-                    // this request's deadline.
+                    // request goes again (the channel picks afresh) while
+                    // this request's deadline allows; the last such error
+                    // is the answer (with the member's own words), not a
+                    // timeout.
                     tracing::debug!(operation, %error, retry_in = ?pause, "no connection to the member picked; sending again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(UNSENT_PAUSE.1);

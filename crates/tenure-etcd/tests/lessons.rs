@@ -600,3 +600,28 @@ async fn a_member_that_refuses_connections_fails_no_request() {
     }
     assert!(failed.is_empty(), "{} failed: {failed:#?}", failed.len());
 }
+
+/// With its only member down, a request goes again until its deadline
+/// (the member may be restarting), then fails with the member's refusal,
+/// retryable, not with a bare timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backend_whose_only_member_is_down_says_why() {
+    let mut options = EtcdOptions::default();
+    options.request_timeout = Duration::from_millis(300);
+    let backend = EtcdBackend::connect(&[refusing_endpoint()], options)
+        .await
+        .expect("connect (etcd-client connects lazily)");
+    let began = Instant::now();
+    let error = backend
+        .acquire(&candidacy("nobody-home", "a"), AcquireMode::Once)
+        .await
+        .expect_err("no member to grant");
+    let took = began.elapsed();
+    assert!(error.is_retryable(), "{error:?}");
+    let told = format!("{error:?}");
+    assert!(told.contains("Connection refused"), "{told}");
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(1),
+        "{took:?}"
+    );
+}
