@@ -248,7 +248,15 @@ impl BackendFactory for KubeFactory {
             .await;
         let stored = match stored {
             Ok(stored) => stored,
-            Err(e) => return Some(Err(harness(e))),
+            // A read: another try is safe. (Its connection may have been
+            // closed by a case that restarted the etcd nodes: "operation
+            // was canceled … connection closed".)
+            Err(e) => {
+                return Some(Err(Error::Unavailable {
+                    backend: "harness",
+                    source: Box::new(e),
+                }))
+            }
         };
         let holder = stored
             .kvs()

@@ -449,6 +449,12 @@ impl Cx {
                     tokio::time::sleep(self.timing().settle).await;
                     return Ok(());
                 }
+                // A count that could not be read for a transient reason
+                // (the inspector's connection broken by an earlier case's
+                // server restart) is read again, until the deadline.
+                Some(Err(e)) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
                 Some(Err(e)) => return Err(Failure::Fail(format!("counting waiters: {e}"))),
                 Some(Ok(k)) if k >= n => return Ok(()),
                 Some(Ok(k)) if tokio::time::Instant::now() >= deadline => {
