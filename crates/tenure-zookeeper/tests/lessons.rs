@@ -279,11 +279,19 @@ async fn a_disconnected_leader_stops_by_valid_until_before_anyone_else_leads() {
     let waiting = {
         let b = b.clone();
         tokio::spawn(async move {
-            let lease = b
-                .acquire(&candidacy("cut", "b"), AcquireMode::Wait)
-                .await?
-                .granted()
-                .expect("granted");
+            // b's own connection may be given up on a loaded machine
+            // (zookeeper-client drops one that answers nothing for a third
+            // of the session timeout): its wait then ends with a retryable
+            // error, and it waits again, as the Elector's campaign does.
+            let mut attempts = 0;
+            let lease = loop {
+                attempts += 1;
+                match b.acquire(&candidacy("cut", "b"), AcquireMode::Wait).await {
+                    Ok(acquired) => break acquired.granted().expect("granted"),
+                    Err(e) if e.is_retryable() && attempts < 5 => continue,
+                    Err(e) => return Err(e),
+                }
+            };
             Ok::<_, Error>((Instant::now(), lease))
         })
     };

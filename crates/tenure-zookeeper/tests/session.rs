@@ -96,19 +96,37 @@ async fn an_idle_session_is_heard_from_at_least_every_sixth_of_its_timeout() {
     marks.extend(sends.iter().copied());
     marks.push(ended);
     let gaps: Vec<Duration> = marks.windows(2).map(|w| w[1] - w[0]).collect();
-    let longest = gaps.iter().copied().max().unwrap();
     let limit = TTL / 6;
     let slack = Duration::from_millis(30);
+    // The cadence is judged on all but the longest tenth of the silences: a
+    // loaded machine (this runs beside the suites) can hold the client's
+    // timer task back once or twice by tens of milliseconds, but a changed
+    // cadence moves every silence (a ping after a sixth, or a check every
+    // eighth instead of every 24th, puts most of them past the limit).
+    let mut sorted = gaps.clone();
+    sorted.sort();
+    let outliers = gaps.len() / 10;
+    let typical = sorted[sorted.len() - 1 - outliers];
+    let longest = *sorted.last().unwrap();
     eprintln!(
-        "idle session, TTL {TTL:?}: {} packets in {watched:?}, longest silence {longest:?} \
-         (limit {limit:?} + {slack:?}); silences {gaps:?}",
+        "idle session, TTL {TTL:?}: {} packets in {watched:?}, longest silence {longest:?}, \
+         longest but {outliers} {typical:?} (limit {limit:?} + {slack:?}); silences {gaps:?}",
+        sends.len()
+    );
+    // Once every sixth of the timeout is 24 in four timeouts; outliers
+    // excused above must not hide a cadence that sends far fewer.
+    assert!(
+        sends.len() >= 20,
+        "an idle session sent {} packets in {watched:?}, far fewer than one every sixth of its \
+         timeout (24)",
         sends.len()
     );
     assert!(
-        longest <= limit + slack,
-        "an idle session went {longest:?} without a packet to the server, more than a sixth of \
-         its timeout ({limit:?}) plus {slack:?} of slack: zookeeper-client's ping cadence \
-         changed, and ZooKeeperOptions::expiry_lead (and Sessions::connect) must change with it"
+        typical <= limit + slack,
+        "an idle session went {typical:?} without a packet to the server more than {outliers} \
+         times in {watched:?}, more than a sixth of its timeout ({limit:?}) plus {slack:?} of \
+         slack (silences {gaps:?}): zookeeper-client's ping cadence changed, and \
+         ZooKeeperOptions::expiry_lead (and Sessions::connect) must change with it"
     );
     assert_eq!(backend.session_id().await, Some(session));
 }
