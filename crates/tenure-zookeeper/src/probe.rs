@@ -3,7 +3,9 @@
 //! Every server of the connect string is asked, separately and at once, for
 //! a throwaway session of the timeout tenure asks for; its answer is noted
 //! and the session closed again (both are transactions, committed before
-//! the backend's own session opens). A server that would give anything else
+//! the backend's own session opens; a server that answers only after the
+//! probe stopped waiting has its session closed when it does, so that none
+//! is left to expire). A server that would give anything else
 //! refuses the connect with an error naming it, before anything is written:
 //! a session that reconnects to it later would be given that timeout, and
 //! expire sooner than tenure counts its leases (or later than a standby
