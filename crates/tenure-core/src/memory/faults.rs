@@ -128,8 +128,9 @@ impl Faults {
     /// still reach the server (a client with every endpoint moves them to a
     /// node that can serve), but the news a watch would carry does not
     /// come. A waiting candidate still hears of its grant, from the look it
-    /// takes every quarter of its TTL while it waits, as the networked
-    /// backends' waiters do. Kept apart from the link's own faults, like
+    /// takes every eighth of its TTL while it waits, as tenure-etcd's
+    /// waiters do (tenure-kube's look every quarter). Kept apart from the
+    /// link's own faults, like
     /// [`node_down`](Self::node_down).
     pub fn silence_watches(&self, silent: bool) {
         self.state.send_modify(|s| s.watches_silent = silent);

@@ -256,7 +256,7 @@ impl LeaseBackend for MemoryBackend {
                 keep: self.faults.keeps_undelivered_grants(),
             };
             if mode == AcquireMode::Wait {
-                self.faults.hear_grant(candidacy.ttl() / 4).await;
+                self.faults.hear_grant(candidacy.ttl() / 8).await;
             }
             // An answer lost on the way fails the call, and `undelivered`
             // releases the grant the caller never saw.
