@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::candidate::Holder;
 use super::context::{Context, Cx, Failure, Step};
 use super::runner::{run_case, Meta, Quiet};
-use super::watcher::{elected, vacant, Watcher};
+use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::{BackendFactory, Client, LinkFault};
 use crate::report::{CaseReport, Property};
 
@@ -135,6 +135,7 @@ pub async fn stale_release_leaves_new_holder_in_place(
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let key = cx.new_key();
+        let opened = Instant::now();
         let mut watcher = Watcher::open(&cc, &key).await?;
         let a = Holder::acquire(&cx, &ca, &key, "a").await?;
         let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
@@ -145,7 +146,27 @@ pub async fn stale_release_leaves_new_holder_in_place(
         watcher
             .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
             .await?;
-        let mut b = Holder::acquire_after_expiry(&cx, &cb, &key, "b").await?;
+        let mut b = Holder::acquire_after_expiry(&cx, &cb, &key, "b")
+            .await
+            .map_err(|failure| match failure {
+                // Say what the watch saw and what a was granted: a refusal
+                // here names a holder the watch had seen go.
+                Failure::Fail(why) => Failure::Fail(format!(
+                    "{why}; a was granted token {:?}; the watch saw {}",
+                    a.lease.token(),
+                    watcher
+                        .seen
+                        .iter()
+                        .map(|(event, at)| format!(
+                            "{} at +{:?}",
+                            show(event),
+                            at.duration_since(opened)
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                other => other,
+            })?;
         a.release().await?;
         let probe = Holder::try_acquire(&cx, &cc, &key, "c").await?;
         let holder = probe.as_ref().err().map(|i| i.identity.clone());
