@@ -363,6 +363,17 @@ pub trait BackendFactory: Send + Sync + 'static {
         None
     }
 
+    /// If the backend's client backs off between attempts to reconnect: the
+    /// longest outage after which its next attempt is sure to come well
+    /// within a lease, and why. After a longer outage that attempt may come
+    /// after the lease has run out, and the term ends at its `valid_until`
+    /// (safely, but the fault was no transient one for that client). The
+    /// case that fails a holder's calls keeps its outage within this and
+    /// says so. `None` (the default): the client reconnects at once.
+    fn reconnect_backoff(&self) -> Option<(Duration, &'static str)> {
+        None
+    }
+
     /// Why a grant whose answer was lost on the way back may stay on the
     /// servers until its TTL runs out, if it may: the client cannot undo
     /// what it never heard of (a record it would need the answer's version
@@ -472,6 +483,9 @@ impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
 
     fn retries_frozen_nodes(&self) -> Option<&'static str> {
         (**self).retries_frozen_nodes()
+    }
+    fn reconnect_backoff(&self) -> Option<(Duration, &'static str)> {
+        (**self).reconnect_backoff()
     }
     fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
         (**self).grant_outlives_lost_answer()

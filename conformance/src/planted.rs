@@ -128,6 +128,9 @@ impl BackendFactory for PlantedFactory {
     fn grant_outlives_lost_answer(&self) -> Option<&'static str> {
         self.inner.grant_outlives_lost_answer()
     }
+    fn reconnect_backoff(&self) -> Option<(std::time::Duration, &'static str)> {
+        self.inner.reconnect_backoff()
+    }
     fn ttl_starts_with(&self) -> TtlStart {
         self.inner.ttl_starts_with()
     }

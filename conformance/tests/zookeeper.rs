@@ -229,6 +229,28 @@ impl BackendFactory for ZooKeeperFactory {
     /// three the frozen one comes first a third of the time, and costs a
     /// connection timeout more (tenure-zookeeper's README, "A server that
     /// stops answering").
+    /// zookeeper-client 0.11.2's reconnect schedule
+    /// (`IterableEndpoints::timeout`), counted from the disconnect (which
+    /// comes with the session's next packet, up to a sixth of its timeout
+    /// into the outage): a first pass over the servers at once; then, before
+    /// each new pass, 100 ms per server (at most 1 s), doubled each pass,
+    /// plus up to 100 ms; before each other server of a pass, 50 ms per
+    /// place plus up to 50 ms. On one server its attempts come at 0,
+    /// 100–200 ms, 300–500 ms, 700–1000 ms: an outage of 300 ms may see the
+    /// second fail just before it ends and the third come after the lease
+    /// (TTL 1 s) has run out (once in about ten loaded runs). An outage of
+    /// at most 100 ms is over by the second, so the client is back within
+    /// 200 ms of the disconnect. (On three servers the first retry comes
+    /// 300–400 ms after the disconnect for any outage under 300 ms.)
+    fn reconnect_backoff(&self) -> Option<(Duration, &'static str)> {
+        Some((
+            Duration::from_millis(100),
+            "zookeeper-client waits 100 ms per server, doubled each pass, plus jitter before \
+             each new pass over the servers, so after a longer outage its next attempt may come \
+             after the lease has run out",
+        ))
+    }
+
     fn retries_frozen_nodes(&self) -> Option<&'static str> {
         Some(
             "zookeeper-client picks the next server at random, the frozen one included, and \
@@ -268,7 +290,8 @@ impl BackendFactory for ZooKeeperFactory {
         };
         // Sessions earlier cases left to expire: their ends are writes.
         let quiet = self.timing().ttl + self.capabilities().expiry_slack;
-        self.clear_emptied_elections().await?;
+        let cleared = self.clear_emptied_elections().await?;
+        tracing::debug!(cleared, "election nodes earlier cases left empty, deleted");
         if idle.is_empty() {
             return until_writes_settle(self, quiet, quiet * 4).await.map(drop);
         }
@@ -337,7 +360,7 @@ impl BackendFactory for ZooKeeperFactory {
         Some(CandidateCommand {
             program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
             url: format!(
-                "zk://{}?session_timeout_ms={}&tick_time_ms={}",
+                "zk://{}?session_timeout={}ms&tick_time={}ms",
                 self.cluster.endpoints().join(","),
                 SESSION_TIMEOUT.as_millis(),
                 TICK_TIME.as_millis()

@@ -21,13 +21,17 @@ const RESETS: u32 = 4;
 /// A leader whose link suffers transient faults well inside its validity
 /// keeps its term: first its connections are reset a few times (each time
 /// it reconnects), then every call fails at once for a while; each fault
-/// lasts less than what is left of its `valid_until`, and passes. The term
+/// lasts less than what is left of its `valid_until` (the failed calls no
+/// longer than the factory's [`reconnect_backoff`] allows: a client that
+/// backs off may try again only long after the outage), and passes. The term
 /// must not end (no `lost()` resolution, no loss reason), a renewal must
 /// move `valid_until` again once the link passes, and the Elector's
 /// `health()` must show the failed calls: no successful renewal since
 /// before the fault, and an error from the fault, if one came back by its
 /// end, retryable. A standby waits throughout and must not be granted; once the
 /// leader resigns it leads within a round trip.
+///
+/// [`reconnect_backoff`]: BackendFactory::reconnect_backoff
 pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFactory>) -> CaseReport {
     let meta = Meta {
         name: "transient_errors_are_not_a_lost_lease",
@@ -62,8 +66,15 @@ pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFacto
         link.set(LinkFault::Pass).await.ctx("a's link passes")?;
         renewals_resume(&cx, &a, "its connections were reset").await?;
 
-        // Fail the calls: nothing reaches the server for a while.
-        let window = fault_window(&cx, &a).await?;
+        // Fail the calls: nothing reaches the server for a while, no longer
+        // than the client's reconnect back-off allows for.
+        let mut window = fault_window(&cx, &a).await?;
+        if let Some((most, why)) = cx.factory().reconnect_backoff() {
+            if window > most {
+                cx.note(format!("calls failed for {most:?}, not {window:?}: {why}"));
+                window = most;
+            }
+        }
         let started = Instant::now();
         link.set(LinkFault::FailCalls)
             .await
