@@ -1,7 +1,7 @@
 //! Two candidates hand leadership over on a ZooKeeper server.
 //!
-//! Run: `cargo run --example zookeeper --features zookeeper -- 'zk://127.0.0.1:2181/tenure?tick_time_ms=200'`
-//! (the URL is the default; `tick_time_ms` must be the server's tickTime;
+//! Run: `cargo run --example zookeeper --features zookeeper -- 'zk://127.0.0.1:2181/tenure?tick_time=200ms'`
+//! (the URL is the default; `tick_time` must be the server's tickTime;
 //! see the README for a server to try it on).
 
 #[path = "support/mod.rs"]
@@ -9,5 +9,5 @@ mod support;
 
 #[tokio::main]
 async fn main() -> tenure::Result<()> {
-    support::run("zk://127.0.0.1:2181/tenure?tick_time_ms=200").await
+    support::run("zk://127.0.0.1:2181/tenure?tick_time=200ms").await
 }

@@ -22,7 +22,7 @@ use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 /// | `memory://` | an in-process memory server of its own (tests, demos) | | |
 /// | `etcd://[user:pw@]h[:2379][,...][/prefix/]` | etcd (`etcd`); user:pw is etcd auth | key prefix, a directory | `request_timeout`, `connect_timeout`; `tls=true`, `ca=`, `cert=`, `key=` |
 /// | `etcds://...` | etcd over TLS (`etcd-tls`) | as etcd | as etcd |
-/// | `zk://[user:pw@]h[:2181][,...][/base]` | ZooKeeper (`zookeeper`); user:pw is digest auth | base path | `session_timeout_ms`, `tick_time_ms`, `request_timeout` |
+/// | `zk://[user:pw@]h[:2181][,...][/base]` | ZooKeeper (`zookeeper`); user:pw is digest auth | base path | `session_timeout`, `tick_time`, `request_timeout` |
 /// | `kube://[/path/to/kubeconfig]` | Kubernetes Leases (`kube`); TLS and auth come from the kubeconfig (default kubeconfig, else in-cluster) | kubeconfig file | `namespace`, `context`, `fencing` |
 /// | `redis://[user:pw@]h[:6379][,...][/prefix]` | Redlock over 1, 3 or 5 independent masters (`redis`) | key prefix | `allow_unfenced=true` (required: it cannot fence), `node_timeout_fraction`, `connect_timeout`, `watch_poll` |
 ///
@@ -98,9 +98,7 @@ async fn zookeeper(url: &str) -> Result<Arc<dyn LeaseBackend>> {
 
 async fn kube(url: &str) -> Result<Arc<dyn LeaseBackend>> {
     #[cfg(feature = "kube")]
-    return Ok(Arc::new(
-        tenure_kube::KubeLeaseBackend::connect_url(url).await?,
-    ));
+    return Ok(Arc::new(tenure_kube::KubeBackend::connect_url(url).await?));
     #[cfg(not(feature = "kube"))]
     return Err(feature_off(url, "kube"));
 }
@@ -108,7 +106,7 @@ async fn kube(url: &str) -> Result<Arc<dyn LeaseBackend>> {
 async fn redis(url: &str) -> Result<Arc<dyn LeaseBackend>> {
     #[cfg(feature = "redis")]
     return Ok(Arc::new(
-        tenure_redis::RedlockBackend::connect_url(url).await?,
+        tenure_redis::RedisBackend::connect_url(url).await?,
     ));
     #[cfg(not(feature = "redis"))]
     return Err(feature_off(url, "redis"));

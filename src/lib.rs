@@ -23,7 +23,7 @@ pub use tenure_core::{
 /// [`Elector`] drives the backend.
 pub mod backend {
     pub use tenure_core::backend_url;
-    pub use tenure_core::hosted::{self, spawn_cleanup};
+    pub use tenure_core::hosted::{self, bounded, spawn_cleanup, CleanupOnDrop};
     pub use tenure_core::{
         default_drift_margin, heartbeat_runtime, on_heartbeat_runtime, AcquireMode, Acquisition,
         Candidacy, Capabilities, HostedBackend, KeyRule, Lease, LeaseBackend, LeaseHandle,

@@ -42,10 +42,7 @@ impl ProxyLink {
         for upstream in upstreams {
             let proxy = FaultProxy::start_tapped(*upstream, tap.clone())
                 .await
-                .map_err(|e| Error::Unavailable {
-                    backend: "fault proxy",
-                    source: Box::new(e),
-                })?;
+                .map_err(|e| Error::unavailable("fault proxy", e))?;
             proxies.push(proxy);
         }
         let addrs = proxies.iter().map(FaultProxy::addr).collect();

@@ -47,18 +47,7 @@ pub fn harness_error(e: HarnessError) -> Error {
             | HarnessError::Http(_)
             | HarnessError::Timeout { .. }
     );
-    let source = Box::new(e);
-    if retryable {
-        Error::Unavailable {
-            backend: "harness",
-            source,
-        }
-    } else {
-        Error::Backend {
-            backend: "harness",
-            source,
-        }
-    }
+    Error::from_client("harness", retryable, e)
 }
 
 #[async_trait]

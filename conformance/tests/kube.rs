@@ -24,7 +24,7 @@ use tenure_conformance::{
     ServerFaults, Target,
 };
 use tenure_core::{CandidateId, Capabilities, ElectionKey, Error, LeaseBackend, Result};
-use tenure_kube::{kube, KubeLeaseBackend, KubeOptions};
+use tenure_kube::{kube, KubeBackend, KubeOptions};
 
 /// The variable naming a real cluster's kubeconfig.
 const KUBECONFIG_VAR: &str = "TENURE_KUBECONFIG";
@@ -56,7 +56,7 @@ struct KubeFactory {
     name: &'static str,
     deployment: Deployment,
     /// A client without a proxy, for looking at the server.
-    inspector: KubeLeaseBackend,
+    inspector: KubeBackend,
     proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
     /// The API server's version (the test server's: the etcd under it), read once at start.
     version: Option<String>,
@@ -86,7 +86,7 @@ impl KubeFactory {
             .expect("lease server");
         let etcd = Box::new(etcd_client_for_tests(&server).await.expect("etcd client"));
         let config = server.kube_config().await.expect("kubeconfig");
-        let inspector = KubeLeaseBackend::from_config(config, KubeOptions::default())
+        let inspector = KubeBackend::from_config(config, KubeOptions::default())
             .await
             .expect("inspector client");
         let (candidate_link, addr) = ProxyLink::start(server.addr())
@@ -123,7 +123,7 @@ impl KubeFactory {
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "default".into());
         let url = kube_url(&kubeconfig, &namespace);
-        let inspector = KubeLeaseBackend::connect_url(&url)
+        let inspector = KubeBackend::connect_url(&url)
             .await
             .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
         let file = kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig");
@@ -206,7 +206,7 @@ impl BackendFactory for KubeFactory {
                 None => (config.as_ref().clone(), None),
             },
         };
-        let backend = KubeLeaseBackend::from_config(config, KubeOptions::default()).await?;
+        let backend = KubeBackend::from_config(config, KubeOptions::default()).await?;
         if let Some(link) = &link {
             self.proxies.lock().unwrap().push(link.clone());
         }

@@ -24,7 +24,7 @@ use tenure_core::{
     Result,
 };
 use tenure_redis::redis::aio::MultiplexedConnection;
-use tenure_redis::{RedlockBackend, RedlockOptions};
+use tenure_redis::{RedisBackend, RedlockOptions};
 use tokio::time::Instant;
 
 struct RedisFactory {
@@ -32,7 +32,7 @@ struct RedisFactory {
     cluster: Arc<Cluster>,
     servers: ClusterServers,
     /// One client per master without proxies, for looking at the servers.
-    inspector: RedlockBackend,
+    inspector: RedisBackend,
     /// Every client's proxies, kept for the factory's life.
     proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
     version: Option<String>,
@@ -55,7 +55,7 @@ impl RedisFactory {
         let cluster = Cluster::start(Topology::Redis { masters })
             .await
             .expect("redis masters");
-        let inspector = RedlockBackend::builder(&cluster.endpoints())
+        let inspector = RedisBackend::builder(&cluster.endpoints())
             .allow_unfenced()
             .connect()
             .await
@@ -121,7 +121,7 @@ impl BackendFactory for RedisFactory {
         let (link, addrs) = ProxyLink::start_all(&nodes).await?;
         link.numbers_nodes();
         let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-        let backend = RedlockBackend::builder(&endpoints)
+        let backend = RedisBackend::builder(&endpoints)
             .allow_unfenced()
             .connect()
             .await?;

@@ -76,7 +76,7 @@ async fn every_scheme_connects_and_hands_over() {
     let etcd_url = format!("etcd://{}/connect-e2e/", etcd.endpoints().join(","));
     hand_over(&etcd_url, true).await;
     let zk_url = format!(
-        "zk://{}/connect-e2e?session_timeout_ms=2000&tick_time_ms=200",
+        "zk://{}/connect-e2e?session_timeout=2s&tick_time=200ms",
         zk.endpoints().join(",")
     );
     hand_over(&zk_url, true).await;

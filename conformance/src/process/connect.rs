@@ -35,13 +35,11 @@ pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>
                     as Arc<dyn LeaseBackend>,
             ),
             #[cfg(feature = "harness")]
-            Some("kube") => Ok(
-                Arc::new(tenure_kube::KubeLeaseBackend::connect_url(&url).await?)
-                    as Arc<dyn LeaseBackend>,
-            ),
+            Some("kube") => Ok(Arc::new(tenure_kube::KubeBackend::connect_url(&url).await?)
+                as Arc<dyn LeaseBackend>),
             #[cfg(feature = "harness")]
             Some("redis") => Ok(
-                Arc::new(tenure_redis::RedlockBackend::connect_url(&url).await?)
+                Arc::new(tenure_redis::RedisBackend::connect_url(&url).await?)
                     as Arc<dyn LeaseBackend>,
             ),
             _ => Err(Error::invalid(

@@ -31,17 +31,11 @@ pub struct RemoteBackend {
 }
 
 fn unreachable(e: impl std::fmt::Display) -> Error {
-    Error::Unavailable {
-        backend: NAME,
-        source: e.to_string().into(),
-    }
+    Error::unavailable(NAME, e.to_string())
 }
 
 fn unexpected(answer: &Answer) -> Error {
-    Error::Backend {
-        backend: NAME,
-        source: format!("unexpected answer {answer:?}").into(),
-    }
+    Error::backend(NAME, format!("unexpected answer {answer:?}"))
 }
 
 /// One call's connection. Dropping it closes the connection, which cancels

@@ -202,14 +202,8 @@ impl From<WireError> for Error {
                 reason,
             ),
             WireError::LeaseLost { key, reason } => Error::lease_lost(key, reason),
-            WireError::Unavailable { detail } => Error::Unavailable {
-                backend: super::remote::NAME,
-                source: detail.into(),
-            },
-            WireError::Other { detail } => Error::Backend {
-                backend: super::remote::NAME,
-                source: detail.into(),
-            },
+            WireError::Unavailable { detail } => Error::unavailable(super::remote::NAME, detail),
+            WireError::Other { detail } => Error::backend(super::remote::NAME, detail),
         }
     }
 }
@@ -316,10 +310,7 @@ mod tests {
             let lost = back(Error::lease_lost("k", reason));
             assert_eq!(lost.loss_reason(), Some(reason), "{lost}");
         }
-        let unavailable = Error::Unavailable {
-            backend: "memory",
-            source: "cut off".into(),
-        };
+        let unavailable = Error::unavailable("memory", "cut off");
         assert!(back(unavailable).is_retryable());
         assert!(!back(Error::Shutdown).is_retryable());
     }

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure::etcd::{EtcdBackend, EtcdOptions};
-use tenure::kube::{KubeLeaseBackend, KubeOptions};
-use tenure::redis::RedlockBackend;
+use tenure::kube::{KubeBackend, KubeOptions};
+use tenure::redis::RedisBackend;
 use tenure::zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 use tenure::{LeaseBackend, MemoryBackend};
 use tenure_conformance::harness::{Cluster, Topology};
@@ -178,12 +178,11 @@ impl Deployment {
             }
             Server::Kube(_) => Arc::new(ctx(
                 "kube client",
-                KubeLeaseBackend::from_config(self.kube_config().await?, KubeOptions::default())
-                    .await,
+                KubeBackend::from_config(self.kube_config().await?, KubeOptions::default()).await,
             )?),
             Server::Redis(_) => Arc::new(ctx(
                 "Redis client",
-                RedlockBackend::builder(&endpoints)
+                RedisBackend::builder(&endpoints)
                     .allow_unfenced()
                     .connect()
                     .await,
@@ -199,7 +198,7 @@ impl Deployment {
             Server::Memory => None,
             Server::Etcd(_) => Some(format!("etcd://{hosts}")),
             Server::ZooKeeper(_) => Some(format!(
-                "zk://{hosts}?session_timeout_ms={}&tick_time_ms={}",
+                "zk://{hosts}?session_timeout={}ms&tick_time={}ms",
                 ttl.as_millis(),
                 ZK_TICK.as_millis()
             )),

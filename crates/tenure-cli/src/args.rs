@@ -12,7 +12,7 @@ const AFTER_HELP: &str = "\
 Backends (--backend URL):
   memory://                              in-process (one tenure process only; for trying it out)
   etcd://[user:password@]host:port[,host:port...][/prefix/]   (etcds:// or ?tls=true&ca=FILE for TLS)
-  zk://[user:password@]host:port[,host:port...][/base/path][?session_timeout_ms=N]
+  zk://[user:password@]host:port[,host:port...][/base/path][?session_timeout=6s]
   kube://[/path/to/kubeconfig][?namespace=ns&context=name]
   redis://[:password@]host:port[,host:port...][/prefix]?allow_unfenced=true
                                          Redlock: no fencing token; the command gets none

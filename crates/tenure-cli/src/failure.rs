@@ -86,10 +86,7 @@ mod tests {
             }
         }
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        let outer = tenure::Error::Unavailable {
-            backend: "etcd",
-            source: Box::new(Transport(refused)),
-        };
+        let outer = tenure::Error::unavailable("etcd", Box::new(Transport(refused)));
         assert_eq!(chain(&outer), "etcd unavailable: transport error: refused");
     }
 }

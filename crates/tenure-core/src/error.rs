@@ -98,6 +98,39 @@ impl Error {
         }
     }
 
+    /// Builds an [`Error::Unavailable`]: `backend` could not serve for now,
+    /// and retrying may help.
+    pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Unavailable {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::Backend`]: `backend` answered with an error that
+    /// retrying will not fix.
+    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// A client library's error: [`Error::Unavailable`] if `retryable`, else
+    /// [`Error::Backend`]. Each backend decides which of its client's
+    /// errors are transient; this is the one place they become tenure's.
+    pub fn from_client(
+        backend: &'static str,
+        retryable: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        if retryable {
+            Error::unavailable(backend, source)
+        } else {
+            Error::backend(backend, source)
+        }
+    }
+
     /// Builds an [`Error::LeaseLost`].
     pub fn lease_lost(key: impl Into<String>, reason: LossReason) -> Self {
         Error::LeaseLost {

@@ -8,6 +8,7 @@
 //! has gone (its future was dropped) by the time a lease is granted, the
 //! lease is released on the spot.
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::OnceLock;
@@ -22,7 +23,7 @@ use tracing::Instrument;
 pub use crate::backoff::Backoff;
 use crate::{
     heartbeat_runtime, AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error,
-    LeaderEvent, Lease, LeaseBackend, Result,
+    LeaderEvent, Lease, LeaseBackend, LeaseHandle, Result,
 };
 
 /// A backend written as plain async operations, run by tenure on the
@@ -51,6 +52,12 @@ pub trait HostedBackend: Clone + Send + Sync + Debug + 'static {
     /// A short name for logs and errors (`etcd`, `zookeeper`, ...).
     const NAME: &'static str;
 
+    /// What a lease this backend granted carries in its [`LeaseHandle`]
+    /// (its key, its session, its renewal state). [`renew`](Self::renew)
+    /// and [`release`](Self::release) get it back, found here once: a
+    /// lease that another backend granted is refused before they run.
+    type LeaseState: Any + Send + Sync;
+
     /// What this backend promises; see [`LeaseBackend::capabilities`].
     fn promises(&self) -> Capabilities;
 
@@ -69,12 +76,13 @@ pub trait HostedBackend: Clone + Send + Sync + Debug + 'static {
     /// [`LeaseBackend::acquire`], on the heartbeat runtime, input checked.
     async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition>;
 
-    /// [`LeaseBackend::renew`], on the heartbeat runtime.
-    async fn renew(&self, lease: Lease) -> Result<Lease>;
+    /// [`LeaseBackend::renew`], on the heartbeat runtime, with the lease's
+    /// state.
+    async fn renew(&self, lease: Lease, state: &Self::LeaseState) -> Result<Lease>;
 
-    /// [`LeaseBackend::release`], on the heartbeat runtime; also called on a
-    /// grant that could not be handed over.
-    async fn release(&self, lease: Lease) -> Result<()>;
+    /// [`LeaseBackend::release`], on the heartbeat runtime, with the lease's
+    /// state; also called on a grant that could not be handed over.
+    async fn release(&self, lease: Lease, state: &Self::LeaseState) -> Result<()>;
 
     /// [`LeaseBackend::watch`], set up on the heartbeat runtime, key checked.
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>>;
@@ -125,7 +133,11 @@ impl<T: HostedBackend> LeaseBackend for T {
         let (this, lease) = (self.clone(), lease.clone());
         on_heartbeat_runtime(
             T::NAME,
-            async move { HostedBackend::renew(&this, lease).await }.instrument(span),
+            async move {
+                let handle = lease.handle().clone();
+                HostedBackend::renew(&this, lease, state_of::<T>(&handle)?).await
+            }
+            .instrument(span),
         )
         .await
     }
@@ -135,7 +147,11 @@ impl<T: HostedBackend> LeaseBackend for T {
         let (this, lease) = (self.clone(), lease.clone());
         on_heartbeat_runtime(
             T::NAME,
-            async move { HostedBackend::release(&this, lease).await }.instrument(span),
+            async move {
+                let handle = lease.handle().clone();
+                HostedBackend::release(&this, lease, state_of::<T>(&handle)?).await
+            }
+            .instrument(span),
         )
         .await
     }
@@ -158,6 +174,17 @@ impl<T: HostedBackend> LeaseBackend for T {
     }
 }
 
+/// The state of a lease `T` granted, or an error naming the lease as not
+/// one of `T`'s.
+fn state_of<T: HostedBackend>(handle: &LeaseHandle) -> Result<&T::LeaseState> {
+    handle.get::<T::LeaseState>().ok_or_else(|| {
+        Error::invalid(
+            "lease",
+            format!("was not granted by the {} backend", T::NAME),
+        )
+    })
+}
+
 /// Releases a lease whose grant nobody took, logging what happened.
 ///
 /// Transient failures are retried with back-off for one TTL, by when the
@@ -170,7 +197,12 @@ async fn release_undelivered<T: HostedBackend>(backend: &T, lease: Lease) {
         let mut backoff = Backoff::new(Duration::from_millis(10), lease.ttl() / 4);
         let mut attempts = 1u32;
         loop {
-            match HostedBackend::release(backend, lease.clone()).await {
+            let handle = lease.handle().clone();
+            let released = match state_of::<T>(&handle) {
+                Ok(state) => HostedBackend::release(backend, lease.clone(), state).await,
+                Err(error) => Err(error),
+            };
+            match released {
                 Ok(()) => {
                     tracing::debug!(attempts, "released a grant whose campaign was dropped");
                     return;
@@ -194,6 +226,20 @@ async fn release_undelivered<T: HostedBackend>(backend: &T, lease: Lease) {
     }
     .instrument(span)
     .await
+}
+
+/// Runs one request with a deadline of its own: the request's own answer
+/// (whatever the client library says), or [`Error::Timeout`] naming
+/// `operation` once `after` has passed. For requests, never for watches or
+/// waiting, which have no natural end.
+pub async fn bounded<F: Future>(
+    operation: &'static str,
+    after: Duration,
+    request: F,
+) -> Result<F::Output> {
+    tokio::time::timeout(after, request)
+        .await
+        .map_err(|_| Error::Timeout { operation, after })
 }
 
 /// The span of one backend operation.
@@ -254,14 +300,11 @@ where
         Ok(parcel) => parcel.open(),
         Err(_) => match task.await {
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(Error::Backend {
+            Err(e) => Err(Error::backend(backend, e)),
+            Ok(()) => Err(Error::backend(
                 backend,
-                source: Box::new(e),
-            }),
-            Ok(()) => Err(Error::Backend {
-                backend,
-                source: "the operation ended without a result".into(),
-            }),
+                "the operation ended without a result",
+            )),
         },
     }
 }
@@ -343,6 +386,95 @@ where
         cleanup.await;
         drop(guard);
     });
+}
+
+/// Undoes what an operation started unless it is disarmed: dropped armed
+/// (the operation failed, or its future was dropped midway), it runs its
+/// cleanup on its state with [`spawn_cleanup`], in the span it was armed in.
+///
+/// Backends arm one before a write whose effect must not outlive a failed
+/// or abandoned operation (a candidate's queued key, a granting write whose
+/// answer was never read, a Redlock round's keys) and disarm it once the
+/// outcome needs no undoing.
+///
+/// ```
+/// use std::time::Duration;
+/// use tenure_core::hosted::CleanupOnDrop;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let guard = CleanupOnDrop::arm("candidate-7".to_owned(), |name| {
+///     Box::pin(async move { println!("withdrawing {name}") })
+/// });
+/// // The operation failed: withdraw now, waiting up to a second for it.
+/// guard.clean_up_now(Duration::from_secs(1)).await;
+/// # }
+/// ```
+pub struct CleanupOnDrop<T: Send + 'static> {
+    armed: Option<T>,
+    cleanup: fn(T) -> BoxFuture<'static, ()>,
+    span: tracing::Span,
+}
+
+impl<T: Send + 'static> CleanupOnDrop<T> {
+    /// Arms `cleanup` over `state`, in the current span.
+    pub fn arm(state: T, cleanup: fn(T) -> BoxFuture<'static, ()>) -> Self {
+        CleanupOnDrop {
+            armed: Some(state),
+            cleanup,
+            span: tracing::Span::current(),
+        }
+    }
+
+    /// The operation's outcome needs no undoing: the state is handed back
+    /// and nothing runs.
+    pub fn disarm(mut self) -> T {
+        self.armed
+            .take()
+            .expect("armed until disarmed or cleaned up")
+    }
+
+    /// The state the cleanup will get, to record what the operation has
+    /// done so far (a node's name once it is created).
+    pub fn state_mut(&mut self) -> &mut T {
+        self.armed
+            .as_mut()
+            .expect("armed until disarmed or cleaned up")
+    }
+
+    /// Runs the cleanup now and waits for it to finish, or for `within`,
+    /// whichever comes first: a failed attempt leaves nothing behind that
+    /// the next attempt would take for someone else's. The cleanup goes on
+    /// (counted by [`cleanups_finished`]) if the wait ends first.
+    pub async fn clean_up_now(mut self, within: Duration) {
+        if let Some(state) = self.armed.take() {
+            let (done, finished) = oneshot::channel();
+            let cleanup = (self.cleanup)(state);
+            spawn_cleanup(
+                async move {
+                    cleanup.await;
+                    let _ = done.send(());
+                }
+                .instrument(self.span.clone()),
+            );
+            let _ = tokio::time::timeout(within, finished).await;
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for CleanupOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(state) = self.armed.take() {
+            spawn_cleanup((self.cleanup)(state).instrument(self.span.clone()));
+        }
+    }
+}
+
+impl<T: Send + 'static> Debug for CleanupOnDrop<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CleanupOnDrop")
+            .field("armed", &self.armed.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Resolves when no cleanup started with [`spawn_cleanup`] (or by a dropped

@@ -22,12 +22,12 @@
 //! use std::time::Duration;
 //! use tenure_core::backend_url::BackendUrl;
 //!
-//! let mut url = BackendUrl::parse("zk://me:p%40ss@a:2181,b/base?tick_time_ms=200", &["zk"])?;
+//! let mut url = BackendUrl::parse("zk://me:p%40ss@a:2181,b/base?tick_time=200ms", &["zk"])?;
 //! assert_eq!(url.endpoints(2181)?, ["a:2181", "b:2181"]);
 //! assert_eq!((url.user(), url.password()), (Some("me"), Some("p@ss")));
 //! assert_eq!(url.path(), "/base");
-//! assert_eq!(url.take_duration("tick_time_ms")?, Some(Duration::from_millis(200)));
-//! url.finish(&["tick_time_ms"])?;
+//! assert_eq!(url.take_duration("tick_time")?, Some(Duration::from_millis(200)));
+//! url.finish(&["tick_time"])?;
 //! # Ok::<(), tenure_core::Error>(())
 //! ```
 
@@ -44,6 +44,15 @@ pub struct Host {
     pub host: String,
     /// The port, if the URL gives one.
     pub port: Option<u16>,
+}
+
+impl Host {
+    /// Parses one `host[:port]` as a URL's host list gives it (an IPv6
+    /// address in brackets); a bad one is an [`Error::InvalidArgument`]
+    /// naming `field`. For backends that take addresses outside a URL too.
+    pub fn parse(text: &str, field: &'static str) -> Result<Host> {
+        parse_host(text).map_err(|why| Error::invalid(field, why))
+    }
 }
 
 /// A backend URL, parsed; see the [module documentation](self).
@@ -229,6 +238,28 @@ impl BackendUrl {
             _ => Err(self.invalid(format!(
                 "{name}={text:?} is not a duration like 500ms or 2s"
             ))),
+        }
+    }
+
+    /// Parameter `name` as a duration ([`take_duration`](Self::take_duration)),
+    /// or under `old`, the name it had before (a plain number of milliseconds
+    /// is still accepted there where `old` ends in `_ms`). The old name is
+    /// deprecated: it works, with a warning; both at once are refused.
+    pub fn take_duration_renamed(&mut self, name: &str, old: &str) -> Result<Option<Duration>> {
+        let current = self.take_duration(name)?;
+        let renamed = self.take_duration(old)?;
+        match (current, renamed) {
+            (Some(_), Some(_)) => Err(self.invalid(format!(
+                "{name} is given twice, once under its old name {old}; give {name} only"
+            ))),
+            (None, Some(value)) => {
+                tracing::warn!(
+                    parameter = old,
+                    "URL parameter {old} is deprecated; use {name}={value:?}"
+                );
+                Ok(Some(value))
+            }
+            (current, None) => Ok(current),
         }
     }
 
@@ -455,6 +486,25 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn a_renamed_duration_is_read_under_either_name_but_not_both() {
+        let mut url = BackendUrl::parse("zk://h?a_ms=250&b=2s&c=1s&c_ms=1000", &["zk"]).unwrap();
+        assert_eq!(
+            url.take_duration_renamed("a", "a_ms").unwrap(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            url.take_duration_renamed("b", "b_ms").unwrap(),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(url.take_duration_renamed("z", "z_ms").unwrap(), None);
+        let why = reason(url.take_duration_renamed("c", "c_ms"));
+        assert!(
+            why.contains("c is given twice") && why.contains("c_ms"),
+            "{why}"
+        );
     }
 
     #[test]

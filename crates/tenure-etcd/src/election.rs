@@ -12,7 +12,7 @@ use etcd_client::{
 };
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result, MAX_IDENTITY_LEN};
 
-use crate::error::{bounded, map, BACKEND};
+use crate::error::{map, unary, BACKEND};
 use crate::Settings;
 
 /// The key prefix shared by an election's candidates (ends with `/`).
@@ -114,7 +114,7 @@ async fn walk(
         if let Some(revision) = revision {
             options = options.with_revision(revision);
         }
-        let mut answer = bounded(
+        let mut answer = unary(
             client,
             "get",
             settings.request_timeout,
@@ -241,7 +241,7 @@ pub(crate) async fn create_key(
             Some(etcd_client::PutOptions::new().with_lease(lease_id)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let answer = bounded(
+    let answer = unary(
         client,
         "txn",
         settings.request_timeout,
@@ -263,10 +263,10 @@ pub(crate) async fn create_key(
             }
         }
     }
-    Err(tenure_core::Error::Backend {
-        backend: BACKEND,
-        source: "create-if-absent transaction returned neither success nor the key".into(),
-    })
+    Err(tenure_core::Error::backend(
+        BACKEND,
+        "create-if-absent transaction returned neither success nor the key",
+    ))
 }
 
 /// Whether our key still exists with our create revision (etcd#11456, etcd#19597).
@@ -276,7 +276,7 @@ pub(crate) async fn still_ours(
     create_revision: i64,
     settings: &Settings,
 ) -> Result<bool> {
-    let answer = bounded(
+    let answer = unary(
         client,
         "get",
         settings.request_timeout,
@@ -307,7 +307,7 @@ pub(crate) async fn delete_if_ours(
             create_revision,
         )])
         .and_then([TxnOp::delete(key, None)]);
-    bounded(
+    unary(
         client,
         "txn",
         settings.request_timeout,
@@ -356,7 +356,7 @@ pub(crate) async fn deleted(
         }
         if answer.created() && !looked {
             looked = true;
-            let now = bounded(
+            let now = unary(
                 client,
                 "get",
                 settings.request_timeout,
@@ -376,10 +376,10 @@ pub(crate) async fn deleted(
             }
         }
     }
-    Err(tenure_core::Error::Unavailable {
-        backend: BACKEND,
-        source: "watch stream ended".into(),
-    })
+    Err(tenure_core::Error::unavailable(
+        BACKEND,
+        "watch stream ended",
+    ))
 }
 
 #[cfg(test)]

@@ -29,17 +29,7 @@ pub(crate) fn map(error: etcd_client::Error) -> Error {
         }
         _ => false,
     };
-    if retryable {
-        Error::Unavailable {
-            backend: BACKEND,
-            source: Box::new(error),
-        }
-    } else {
-        Error::Backend {
-            backend: BACKEND,
-            source: Box::new(error),
-        }
-    }
+    Error::from_client(BACKEND, retryable, error)
 }
 
 /// Whether the error is etcd saying the lease does not exist (any more).
@@ -80,7 +70,7 @@ pub(crate) fn needs_new_token(error: &etcd_client::Error) -> bool {
 /// timeout, which would also cut long-lived watches). A request refused for
 /// its token ([`needs_new_token`]) is sent once more after authenticating
 /// again, within the same deadline.
-pub(crate) async fn bounded<T, F, Fut>(
+pub(crate) async fn unary<T, F, Fut>(
     client: &Client,
     operation: &'static str,
     after: Duration,
@@ -121,10 +111,9 @@ where
             }
         }
     };
-    match tokio::time::timeout(after, attempt).await {
-        Ok(result) => result.map_err(map),
-        Err(_) => Err(Error::Timeout { operation, after }),
-    }
+    tenure_core::hosted::bounded(operation, after, attempt)
+        .await?
+        .map_err(map)
 }
 
 /// Opens a watch with `open` on the backend's client, opening it again

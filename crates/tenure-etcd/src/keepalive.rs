@@ -6,7 +6,7 @@ use std::time::Duration;
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
-use crate::error::{bounded, map, Route, BACKEND};
+use crate::error::{map, unary, Route, BACKEND};
 use crate::members::Members;
 use crate::Settings;
 use tenure_core::{Error, Result};
@@ -76,7 +76,7 @@ impl KeepAlive {
             // Opening the stream sends a keep-alive and reads its answer
             // (etcd-client refuses a lease that is gone): that is this call's
             // renewal.
-            None => bounded(
+            None => unary(
                 client,
                 "keep-alive",
                 settings.request_timeout,
@@ -123,10 +123,10 @@ impl KeepAlive {
             }
             Ok(None) => {
                 self.reset();
-                Err(Error::Unavailable {
-                    backend: BACKEND,
-                    source: "keep-alive stream closed by the server".into(),
-                })
+                Err(Error::unavailable(
+                    BACKEND,
+                    "keep-alive stream closed by the server",
+                ))
             }
             Err(error) => {
                 self.reset();
@@ -253,7 +253,7 @@ pub(crate) async fn renew(
 
 /// Revokes a lease (deleting every key attached to it), ignoring "not found".
 pub(crate) async fn revoke(client: &Client, lease_id: i64, settings: &Settings) -> Result<()> {
-    let revoked = bounded(
+    let revoked = unary(
         client,
         "revoke",
         settings.request_timeout,

@@ -7,6 +7,7 @@
 
 mod election;
 mod error;
+mod held;
 mod keepalive;
 mod members;
 mod own;
@@ -23,14 +24,17 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 pub use etcd_client;
+use held::EtcdLease;
 use keepalive::{KeepAlive, Renewed};
 use members::Members;
+use tenure_core::hosted::CleanupOnDrop;
+use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
     HostedBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
 };
 
-use crate::error::{bounded, Route, BACKEND};
+use crate::error::{unary, Route, BACKEND};
 
 /// Options for [`EtcdBackend::connect`].
 #[derive(Clone, Debug)]
@@ -122,16 +126,6 @@ impl std::fmt::Debug for EtcdBackend {
     }
 }
 
-/// What a tenure lease on etcd carries.
-struct EtcdLease {
-    lease_id: i64,
-    key: String,
-    create_revision: i64,
-    keep_alive: Mutex<KeepAlive>,
-    /// Watches our key while the lease lives (stops with its last handle).
-    _own_key: own::OwnKeyWatch,
-}
-
 impl EtcdBackend {
     /// Connects to the cluster at `endpoints` (`"127.0.0.1:2379"` or `"http://host:port"`).
     ///
@@ -171,14 +165,12 @@ impl EtcdBackend {
             .with_auto_token_refresh(true)
             .with_require_leader(true);
         let members_connect = connect.clone();
-        let client = tenure_core::heartbeat_runtime()
-            .spawn(async move { Client::connect(endpoints, Some(connect)).await })
-            .await
-            .map_err(|e| Error::Backend {
-                backend: BACKEND,
-                source: Box::new(e),
-            })?
-            .map_err(error::map)?;
+        let client = on_heartbeat_runtime(BACKEND, async move {
+            Client::connect(endpoints, Some(connect))
+                .await
+                .map_err(error::map)
+        })
+        .await?;
         // With several members, keep-alives go to one at a time, each on a
         // client of its own: one frozen member then costs a try, not the
         // lease (members.rs).
@@ -278,7 +270,7 @@ impl EtcdBackend {
         }
         let ttl_secs = candidacy.ttl().as_secs() as i64;
         let sent_at = Instant::now();
-        let grant = bounded(
+        let grant = unary(
             client,
             "lease grant",
             settings.request_timeout,
@@ -291,11 +283,14 @@ impl EtcdBackend {
         .await?;
         let lease_id = grant.id();
         // From here on, leaving (error, or the future dropped) revokes the lease and so our key.
-        let mut guard = RevokeOnDrop::new(
-            client.clone(),
-            lease_id,
-            Arc::new(settings.clone()),
-            candidacy.ttl(),
+        let guard = CleanupOnDrop::arm(
+            Candidate {
+                client: client.clone(),
+                lease_id,
+                settings: Arc::new(settings.clone()),
+                ttl: candidacy.ttl(),
+            },
+            |candidate| Box::pin(withdraw(candidate)),
         );
         if grant.ttl() != ttl_secs {
             return Err(Error::invalid(
@@ -380,10 +375,10 @@ impl EtcdBackend {
             };
             // Never claim leadership on a key that is not there.
             if !position.ours_exists {
-                return Err(Error::Unavailable {
-                    backend: BACKEND,
-                    source: "our candidate key vanished while waiting".into(),
-                });
+                return Err(Error::unavailable(
+                    BACKEND,
+                    "our candidate key vanished while waiting",
+                ));
             }
             let leads = position.predecessor_leads;
             let (Some(pred), revision) = (position.predecessor, position.revision) else {
@@ -392,7 +387,7 @@ impl EtcdBackend {
             if mode == AcquireMode::Once {
                 let (leader, _) = election::leader(client, &prefix, settings).await?;
                 let holder = election::leader_info(leader.as_ref().unwrap_or(&pred));
-                guard.withdraw(settings.request_timeout).await;
+                guard.clean_up_now(settings.request_timeout).await;
                 return Ok(Acquisition::Held(holder));
             }
             // Wait for the predecessor to go, keeping our own lease alive meanwhile.
@@ -478,7 +473,7 @@ impl EtcdBackend {
                 candidacy.clone(),
                 token,
                 valid_from,
-                LeaseHandle::new(Arc::new(handle)),
+                LeaseHandle::new(handle),
             )
             .with_loss_signal(signal),
         ))
@@ -533,10 +528,10 @@ async fn keep_waiting(
             *valid_from = sent_at;
             Ok(())
         }
-        Ok(Renewed::Expired | Renewed::KeyGone) => Err(Error::Unavailable {
-            backend: BACKEND,
-            source: "our candidate lease expired while waiting".into(),
-        }),
+        Ok(Renewed::Expired | Renewed::KeyGone) => Err(Error::unavailable(
+            BACKEND,
+            "our candidate lease expired while waiting",
+        )),
         Err(e) if e.is_retryable() && Instant::now() < candidacy.deadline_from(*valid_from) => {
             tracing::debug!(error = %e, "keep-alive while waiting failed; retrying");
             tokio::time::sleep(candidacy.ttl() / 12).await;
@@ -546,16 +541,10 @@ async fn keep_waiting(
     }
 }
 
-fn etcd_lease(lease: &Lease) -> Result<&Arc<EtcdLease>> {
-    lease
-        .handle()
-        .get::<Arc<EtcdLease>>()
-        .ok_or_else(|| Error::invalid("lease", "was not granted by the etcd backend"))
-}
-
 #[async_trait]
 impl HostedBackend for EtcdBackend {
     const NAME: &'static str = BACKEND;
+    type LeaseState = EtcdLease;
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, true);
@@ -573,8 +562,7 @@ impl HostedBackend for EtcdBackend {
         self.acquire_inner(&candidacy, mode).await
     }
 
-    async fn renew(&self, lease: Lease) -> Result<Lease> {
-        let state = etcd_lease(&lease)?;
+    async fn renew(&self, lease: Lease, state: &EtcdLease) -> Result<Lease> {
         let settings = self.settings.for_ttl(lease.ttl());
         // The lease lives, and then our key too: someone may have deleted
         // it, and a keep-alive racing a revoke may be answered as a success
@@ -596,8 +584,7 @@ impl HostedBackend for EtcdBackend {
         }
     }
 
-    async fn release(&self, lease: Lease) -> Result<()> {
-        let state = etcd_lease(&lease)?;
+    async fn release(&self, lease: Lease, state: &EtcdLease) -> Result<()> {
         let settings = self.settings.for_ttl(lease.ttl());
         election::delete_if_ours(&self.client, &state.key, state.create_revision, &settings)
             .await?;
@@ -610,53 +597,29 @@ impl HostedBackend for EtcdBackend {
     }
 }
 
-/// Revokes a candidate's lease (and so deletes its key) unless disarmed.
+/// A queued candidacy, withdrawn by revoking its lease (and so deleting its
+/// key) if its campaign fails or is dropped before it leads.
 ///
 /// The revoke is retried until it lands or the lease must have expired by
 /// itself (one TTL after the drop: nobody keeps it alive any more), as the
 /// ZooKeeper backend's withdrawal is: a key left behind would sit in the
 /// queue, and the candidate after it would wait out the TTL for a ghost.
-struct RevokeOnDrop {
-    armed: Option<(Client, i64, Arc<Settings>, Duration)>,
-}
-
-impl RevokeOnDrop {
-    fn new(client: Client, lease_id: i64, settings: Arc<Settings>, ttl: Duration) -> Self {
-        RevokeOnDrop {
-            armed: Some((client, lease_id, settings, ttl)),
-        }
-    }
-    fn disarm(&mut self) {
-        self.armed = None;
-    }
-
-    /// Withdraws the candidacy now, and returns once its lease is revoked
-    /// (or gone), or after `within`: a refused single attempt leaves no key
-    /// behind that the next attempts would take for the leader's. The
-    /// withdrawal goes on if the caller stops waiting.
-    async fn withdraw(mut self, within: Duration) {
-        if let Some((client, lease_id, settings, ttl)) = self.armed.take() {
-            let (done, gone) = tokio::sync::oneshot::channel();
-            tenure_core::hosted::spawn_cleanup(async move {
-                withdraw(client, lease_id, settings, ttl).await;
-                let _ = done.send(());
-            });
-            let _ = tokio::time::timeout(within, gone).await;
-        }
-    }
-}
-
-impl Drop for RevokeOnDrop {
-    fn drop(&mut self) {
-        if let Some((client, lease_id, settings, ttl)) = self.armed.take() {
-            tenure_core::hosted::spawn_cleanup(withdraw(client, lease_id, settings, ttl));
-        }
-    }
+struct Candidate {
+    client: Client,
+    lease_id: i64,
+    settings: Arc<Settings>,
+    ttl: Duration,
 }
 
 /// Revokes a withdrawn candidate's lease, retrying transient failures until
 /// the lease is gone (revoked, or expired one TTL from now).
-async fn withdraw(client: Client, lease_id: i64, settings: Arc<Settings>, ttl: Duration) {
+async fn withdraw(candidate: Candidate) {
+    let Candidate {
+        client,
+        lease_id,
+        settings,
+        ttl,
+    } = candidate;
     let give_up = Instant::now() + ttl;
     let mut pause = Duration::from_millis(50);
     let mut attempts = 1u32;

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{map, BACKEND};
-use tenure_core::{Error, Result};
+use tenure_core::{on_heartbeat_runtime, Error, Result};
 
 /// How long a member that failed a try is passed over while another can
 /// be had.
@@ -136,14 +136,12 @@ impl Members {
                     .clone()
                     .expect("a member without an endpoint has its client from the start");
                 let connect = self.connect.clone();
-                tenure_core::heartbeat_runtime()
-                    .spawn(async move { Client::connect([endpoint], Some(connect)).await })
-                    .await
-                    .map_err(|e| Error::Unavailable {
-                        backend: BACKEND,
-                        source: Box::new(e),
-                    })?
-                    .map_err(map)
+                on_heartbeat_runtime(BACKEND, async move {
+                    Client::connect([endpoint], Some(connect))
+                        .await
+                        .map_err(map)
+                })
+                .await
             })
             .await?;
         Ok(client.clone())

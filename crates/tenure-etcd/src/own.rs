@@ -116,7 +116,7 @@ async fn look(
     create_revision: i64,
     settings: &Settings,
 ) -> tenure_core::Result<Looked> {
-    let now = crate::error::bounded(
+    let now = crate::error::unary(
         client,
         "get",
         settings.request_timeout,

@@ -37,7 +37,7 @@ use tenure_core::{Error, LeaderEvent, Result};
 use tokio::time::Instant;
 
 use crate::election::{is_candidate, leader, leader_info};
-use crate::error::{bounded, map, Route};
+use crate::error::{map, unary, Route};
 use crate::members::Members;
 use crate::{Settings, RETRY_PAUSE};
 
@@ -260,7 +260,7 @@ impl Watcher {
     async fn several(&mut self) -> Option<bool> {
         let answer = self
             .through_member(|client, within| async move {
-                bounded(&client, "member list", within, Route::ThisMember, || {
+                unary(&client, "member list", within, Route::ThisMember, || {
                     let mut cluster = client.cluster_client();
                     async move { cluster.member_list().await }
                 })
@@ -275,7 +275,7 @@ impl Watcher {
     async fn learn_ttl(&mut self, lease: i64) -> bool {
         let answer = self
             .through_member(|client, within| async move {
-                bounded(
+                unary(
                     &client,
                     "lease time to live",
                     within,

@@ -1,7 +1,5 @@
 //! kube client errors mapped into tenure's, retryable or not.
 
-use std::time::Duration;
-
 use tenure_core::Error;
 
 pub(crate) const BACKEND: &str = "kube";
@@ -26,18 +24,7 @@ pub(crate) fn map(error: kube::Error) -> Error {
         }
         _ => true,
     };
-    let source = Box::new(error);
-    if retryable {
-        Error::Unavailable {
-            backend: BACKEND,
-            source,
-        }
-    } else {
-        Error::Backend {
-            backend: BACKEND,
-            source,
-        }
-    }
+    Error::from_client(BACKEND, retryable, error)
 }
 
 pub(crate) fn refused(error: kube::Error) -> Refused {
@@ -46,15 +33,4 @@ pub(crate) fn refused(error: kube::Error) -> Refused {
         kube::Error::Api(r) if r.code == 404 => Refused::NotFound,
         _ => Refused::Other(map(error)),
     }
-}
-
-/// Runs one request with a deadline of its own (never of a watch).
-pub(crate) async fn bounded<T>(
-    operation: &'static str,
-    after: Duration,
-    request: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<Result<T, kube::Error>, Error> {
-    tokio::time::timeout(after, request)
-        .await
-        .map_err(|_| Error::Timeout { operation, after })
 }

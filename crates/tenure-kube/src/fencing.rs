@@ -19,7 +19,7 @@ use tenure_core::{Error, FencingToken, Result};
 use crate::error::BACKEND;
 use crate::record::{Record, Term};
 
-/// Which fencing token [`KubeLeaseBackend`](crate::KubeLeaseBackend) gives.
+/// Which fencing token [`KubeBackend`](crate::KubeBackend) gives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Fencing {
@@ -57,13 +57,14 @@ pub(crate) fn next_token(observed: &Lease) -> Result<u64> {
     rv.parse::<u64>()
         .ok()
         .and_then(|rv| rv.checked_add(1))
-        .ok_or_else(|| Error::Backend {
-            backend: BACKEND,
-            source: format!(
-                "resourceVersion {rv:?} is not an integer: this cluster predates \
+        .ok_or_else(|| {
+            Error::backend(
+                BACKEND,
+                format!(
+                    "resourceVersion {rv:?} is not an integer: this cluster predates \
                  Kubernetes 1.35 (KEP-5504); use Fencing::LeaseTransitions"
+                ),
             )
-            .into(),
         })
 }
 

@@ -7,47 +7,39 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::Api;
-use tracing::Instrument;
+use tenure_core::hosted::{bounded, CleanupOnDrop};
 
-use crate::error::{bounded, refused, Refused};
+use crate::error::{refused, Refused};
 use crate::record::{self, Term};
 
 /// Armed while a granting write (create or take-over) is on its way. Dropped
 /// armed (the acquire's future was dropped before the answer was read, the
 /// answer was lost to a deadline or a broken connection, or it was one that
 /// may follow a committed write, see [`answered`](GrantGuard::answered)), it starts a
-/// cleanup ([`tenure_core::hosted::spawn_cleanup`]) that reads the Lease
+/// cleanup ([`CleanupOnDrop`]) that reads the Lease
 /// and, if it records the term that write would have started (our identity,
 /// our acquireTime, our transitions), releases it with a compare-and-swap.
-pub(crate) struct GrantGuard {
-    armed: Option<Armed>,
-}
+pub(crate) struct GrantGuard(CleanupOnDrop<Armed>);
 
 struct Armed {
     api: Api<Lease>,
     name: String,
     term: Term,
     after: Duration,
-    span: tracing::Span,
 }
 
 impl GrantGuard {
     /// Arms a guard for writing `lease` (the body sent) as `name`.
     pub fn arm(api: &Api<Lease>, name: &str, lease: &Lease, after: Duration) -> GrantGuard {
-        GrantGuard {
-            armed: Some(Armed {
+        GrantGuard(CleanupOnDrop::arm(
+            Armed {
                 api: api.clone(),
                 name: name.to_owned(),
                 term: Term::of(lease),
                 after,
-                span: tracing::Span::current(),
-            }),
-        }
-    }
-
-    /// The server's answer was read: whatever it said, the caller knows.
-    fn disarm(mut self) {
-        self.armed = None;
+            },
+            |armed| Box::pin(release_if_ours(armed)),
+        ))
     }
 
     /// Stands down if `answer` says for certain what became of the write:
@@ -67,16 +59,8 @@ impl GrantGuard {
             Err(_) => false,
         };
         if definite {
-            self.disarm();
-        }
-    }
-}
-
-impl Drop for GrantGuard {
-    fn drop(&mut self) {
-        if let Some(armed) = self.armed.take() {
-            let span = armed.span.clone();
-            tenure_core::hosted::spawn_cleanup(release_if_ours(armed).instrument(span));
+            // Whatever the answer said, the caller knows.
+            self.0.disarm();
         }
     }
 }
@@ -89,7 +73,6 @@ async fn release_if_ours(armed: Armed) {
         name,
         term,
         after,
-        ..
     } = armed;
     for _ in 0..3 {
         let read = bounded("get lease", after, api.get_opt(&name)).await;

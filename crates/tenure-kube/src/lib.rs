@@ -5,6 +5,7 @@
 mod error;
 mod fencing;
 mod guard;
+mod held;
 mod observe;
 mod own;
 mod record;
@@ -21,6 +22,8 @@ use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::PostParams;
 use kube::{Api, Client};
+use tenure_core::hosted::bounded;
+use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
     HostedBackend, KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseHandle, LossReason, LossSignal,
@@ -35,8 +38,9 @@ pub use kube;
 
 pub use crate::fencing::{Fencing, TERM_ANNOTATION, TOKEN_ANNOTATION};
 
-use crate::error::{bounded, refused, Refused, BACKEND};
+use crate::error::{refused, Refused, BACKEND};
 use crate::guard::GrantGuard;
+use crate::held::{Held, Ours};
 use crate::observe::Observations;
 use crate::record::{Record, Term};
 use crate::renew_time::NewestSecond;
@@ -54,7 +58,7 @@ pub fn waiting_user_agent(identity: &tenure_core::CandidateId) -> String {
     agent.to_str().unwrap_or_default().to_owned()
 }
 
-/// Options for [`KubeLeaseBackend`].
+/// Options for [`KubeBackend`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct KubeOptions {
@@ -76,6 +80,10 @@ impl Default for KubeOptions {
     }
 }
 
+/// The old name of [`KubeBackend`], named like the other backends now.
+#[deprecated(since = "0.1.0", note = "renamed to `KubeBackend`")]
+pub type KubeLeaseBackend = KubeBackend;
+
 /// Leader election on `coordination.k8s.io/v1` Leases, compatible with
 /// client-go's LeaseLock. One Lease object per election, named by the key.
 ///
@@ -85,40 +93,23 @@ impl Default for KubeOptions {
 /// clusters ([`Fencing`]). Waiting candidates watch the Lease, so all of
 /// them wake on a change: the wait is not herd-free.
 #[derive(Clone)]
-pub struct KubeLeaseBackend {
+pub struct KubeBackend {
     api: Api<KubeLease>,
     namespace: String,
     options: KubeOptions,
     observations: Arc<Observations>,
 }
 
-impl std::fmt::Debug for KubeLeaseBackend {
+impl std::fmt::Debug for KubeBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeLeaseBackend")
+        f.debug_struct("KubeBackend")
             .field("namespace", &self.namespace)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
-/// What a tenure lease on Kubernetes carries: its term, the Lease as we
-/// last wrote it, and the watch of it (own.rs).
-struct Held {
-    term: Term,
-    last: Mutex<Ours>,
-    /// Set before our release: its write is no news for the watch.
-    releasing: Arc<AtomicBool>,
-    _own: own::OwnLeaseWatch,
-}
-
-/// The Lease as we last wrote (or, after a conflict, read) it, and the
-/// newest renewTime the term has sent (renew_time.rs).
-struct Ours {
-    lease: KubeLease,
-    newest: NewestSecond,
-}
-
-impl KubeLeaseBackend {
+impl KubeBackend {
     /// Wraps a client; Leases live in `namespace`.
     ///
     /// # The client's runtime
@@ -136,16 +127,16 @@ impl KubeLeaseBackend {
     ///
     /// ```no_run
     /// # async fn demo(config: tenure_kube::kube::Config) -> Result<(), Box<dyn std::error::Error>> {
-    /// use tenure_kube::{kube, KubeLeaseBackend, KubeOptions};
+    /// use tenure_kube::{kube, KubeBackend, KubeOptions};
     /// let client = tenure_core::heartbeat_runtime()
     ///     .spawn(async move { kube::Client::try_from(config) })
     ///     .await??;
-    /// let backend = KubeLeaseBackend::new(client, "default", KubeOptions::default());
+    /// let backend = KubeBackend::new(client, "default", KubeOptions::default());
     /// # Ok(()) }
     /// ```
     pub fn new(client: Client, namespace: impl Into<String>, options: KubeOptions) -> Self {
         let namespace = namespace.into();
-        KubeLeaseBackend {
+        KubeBackend {
             api: Api::namespaced(client, &namespace),
             namespace,
             options,
@@ -157,23 +148,18 @@ impl KubeLeaseBackend {
     /// tenure's heartbeat thread.
     pub async fn from_config(config: kube::Config, options: KubeOptions) -> Result<Self> {
         let namespace = config.default_namespace.clone();
-        let client = tenure_core::heartbeat_runtime()
-            .spawn(async move { Client::try_from(config) })
-            .await
-            .map_err(|e| Error::Backend {
-                backend: BACKEND,
-                source: Box::new(e),
-            })?
-            .map_err(error::map)?;
+        let client = on_heartbeat_runtime(BACKEND, async move {
+            Client::try_from(config).map_err(error::map)
+        })
+        .await?;
         Ok(Self::new(client, namespace, options))
     }
 
     /// A client from the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the in-cluster config.
     pub async fn infer(options: KubeOptions) -> Result<Self> {
-        let config = kube::Config::infer().await.map_err(|e| Error::Backend {
-            backend: BACKEND,
-            source: Box::new(e),
-        })?;
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| Error::backend(BACKEND, e))?;
         Self::from_config(config, options).await
     }
 
@@ -377,7 +363,7 @@ impl KubeLeaseBackend {
                 candidacy.clone(),
                 Some(FencingToken::new(token)),
                 counted.unwrap_or(sent_at),
-                LeaseHandle::new(Arc::new(held)),
+                LeaseHandle::new(held),
             )
             .with_loss_signal(signal),
         )
@@ -395,10 +381,10 @@ impl KubeLeaseBackend {
     async fn write_ours(
         &self,
         lease: &Lease,
+        held: &Held,
         operation: &'static str,
         change: fn(&KubeLease, MicroTime, Duration) -> KubeLease,
     ) -> Result<std::result::Result<Instant, LossReason>> {
-        let held = held(lease)?;
         let name = lease.key().as_str();
         let after = self.timeout(lease.ttl());
         let mut last = held.last.lock().await;
@@ -440,10 +426,10 @@ impl KubeLeaseBackend {
                 },
             }
         }
-        Err(Error::Unavailable {
-            backend: BACKEND,
-            source: "the Lease kept changing under us".into(),
-        })
+        Err(Error::unavailable(
+            BACKEND,
+            "the Lease kept changing under us",
+        ))
     }
 
     /// Waits until the wall clock has left the second of the term's newest
@@ -451,23 +437,21 @@ impl KubeLeaseBackend {
     /// the write before it (renew_time.rs). A wait that would outlast the
     /// lease (the wall clock went back) is refused as unavailable: the
     /// Elector tries again until the deadline.
-    async fn next_second(&self, lease: &Lease) -> Result<()> {
-        let held = held(lease)?;
+    async fn next_second(&self, lease: &Lease, held: &Held) -> Result<()> {
         loop {
             let wait = held.last.lock().await.newest.wait();
             if wait.is_zero() {
                 return Ok(());
             }
             if Instant::now() + wait >= lease.valid_until() {
-                return Err(Error::Unavailable {
-                    backend: BACKEND,
-                    source: format!(
+                return Err(Error::unavailable(
+                    BACKEND,
+                    format!(
                         "the wall clock is {wait:?} behind the end of the second of the Lease's \
                          newest renewTime: a renewal before then is no change to a client-go \
                          peer, and the lease ends first"
-                    )
-                    .into(),
-                });
+                    ),
+                ));
             }
             tracing::debug!(
                 ?wait,
@@ -548,16 +532,10 @@ fn answered(
     answer
 }
 
-fn held(lease: &Lease) -> Result<&Arc<Held>> {
-    lease
-        .handle()
-        .get::<Arc<Held>>()
-        .ok_or_else(|| Error::invalid("lease", "was not granted by the kube backend"))
-}
-
 #[async_trait]
-impl HostedBackend for KubeLeaseBackend {
+impl HostedBackend for KubeBackend {
     const NAME: &'static str = BACKEND;
+    type LeaseState = Held;
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, false);
@@ -580,14 +558,14 @@ impl HostedBackend for KubeLeaseBackend {
         self.acquire_inner(&candidacy, mode).await
     }
 
-    async fn renew(&self, lease: Lease) -> Result<Lease> {
+    async fn renew(&self, lease: Lease, held: &Held) -> Result<Lease> {
         if !lease.is_valid() {
             // The lease ran out before it was renewed.
             return Err(Error::lease_lost(lease.key().as_str(), LossReason::Expired));
         }
-        self.next_second(&lease).await?;
+        self.next_second(&lease, held).await?;
         match self
-            .write_ours(&lease, "renew lease", record::renewed)
+            .write_ours(&lease, held, "renew lease", record::renewed)
             .await?
         {
             Ok(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
@@ -595,11 +573,13 @@ impl HostedBackend for KubeLeaseBackend {
         }
     }
 
-    async fn release(&self, lease: Lease) -> Result<()> {
-        held(&lease)?.releasing.store(true, Ordering::SeqCst);
-        self.write_ours(&lease, "release lease", |last, _, _| record::released(last))
-            .await
-            .map(|_| ())
+    async fn release(&self, lease: Lease, held: &Held) -> Result<()> {
+        held.releasing.store(true, Ordering::SeqCst);
+        self.write_ours(&lease, held, "release lease", |last, _, _| {
+            record::released(last)
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::Api;
+use tenure_core::hosted::bounded;
 use tenure_core::{LossReason, LossSignal};
 use tokio::task::AbortHandle;
 
-use crate::error::bounded;
 use crate::observe::{Change, LeaseWatch};
 use crate::record::Term;
 

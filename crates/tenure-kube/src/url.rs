@@ -113,10 +113,9 @@ pub(crate) async fn config(url: &str, target: Target) -> Result<kube::Config> {
         (None, Some(_)) => kube::Config::from_kubeconfig(&options)
             .await
             .map_err(|e| invalid(url, format!("the default kubeconfig: {e}")))?,
-        (None, None) => kube::Config::infer().await.map_err(|e| Error::Backend {
-            backend: crate::error::BACKEND,
-            source: Box::new(e),
-        })?,
+        (None, None) => kube::Config::infer()
+            .await
+            .map_err(|e| Error::backend(crate::error::BACKEND, e))?,
     };
     if let Some(namespace) = target.namespace {
         config.default_namespace = namespace;

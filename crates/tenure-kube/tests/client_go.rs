@@ -25,7 +25,7 @@ const DURATION_SECS: i32 = TTL.as_secs() as i32;
 
 /// Starts a waiting acquire; yields its outcome and when it came.
 fn wait_for_grant(
-    backend: &std::sync::Arc<tenure_kube::KubeLeaseBackend>,
+    backend: &std::sync::Arc<tenure_kube::KubeBackend>,
     key: &str,
     who: &str,
 ) -> tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)> {

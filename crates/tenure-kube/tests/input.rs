@@ -9,7 +9,7 @@ use common::{candidacy, env, hold};
 use tenure_conformance::lease_server::kube_url;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{AcquireMode, ElectionKey, Error, LeaseBackend};
-use tenure_kube::KubeLeaseBackend;
+use tenure_kube::KubeBackend;
 use tokio::time::timeout;
 
 fn field<T>(result: &tenure_core::Result<T>) -> Option<&'static str> {
@@ -60,7 +60,7 @@ async fn connect_url_with_a_kubeconfig_file_and_namespace_reaches_the_server() {
     let env = env().await;
     let raw = env.raw().await;
     let file = env.server.kubeconfig_file().unwrap();
-    let backend = KubeLeaseBackend::connect_url(&file.url()).await.unwrap();
+    let backend = KubeBackend::connect_url(&file.url()).await.unwrap();
     assert_eq!(backend.namespace(), "default");
     let lease = hold(&backend, "via-url", "a").await;
     let written = raw.get("via-url").await.unwrap();
@@ -69,7 +69,7 @@ async fn connect_url_with_a_kubeconfig_file_and_namespace_reaches_the_server() {
         Some(lease.holder().as_str())
     );
 
-    let elsewhere = KubeLeaseBackend::connect_url(&kube_url(file.path(), "team-a"))
+    let elsewhere = KubeBackend::connect_url(&kube_url(file.path(), "team-a"))
         .await
         .unwrap();
     assert_eq!(elsewhere.namespace(), "team-a");
@@ -102,7 +102,7 @@ async fn connect_url_bad_input_is_invalid_argument_naming_url() {
         format!("{}&context=no-such-context", no_context.url()),
     ];
     for url in &urls {
-        let answer = timeout(Duration::from_secs(5), KubeLeaseBackend::connect_url(url))
+        let answer = timeout(Duration::from_secs(5), KubeBackend::connect_url(url))
             .await
             .unwrap_or_else(|_| panic!("{url}: hung"));
         assert_eq!(field(&answer), Some("url"), "{url}: {answer:?}");

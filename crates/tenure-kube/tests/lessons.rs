@@ -16,7 +16,7 @@ use tenure_conformance::harness::wait_for;
 use tenure_conformance::lease_server::Requests;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{AcquireMode, Acquisition, Candidacy, FencingToken, LeaseBackend};
-use tenure_kube::KubeLeaseBackend;
+use tenure_kube::KubeBackend;
 use tokio::time::{timeout, Instant};
 
 /// kubernetes#131867: a renewal whose request reached the server but whose
@@ -180,7 +180,7 @@ async fn two_candidates_racing_for_a_free_lease_never_both_win() {
 /// `b` waiting for `key` in the background, once it has read the Lease and
 /// watches it; the task ends with b's answer and when it came.
 async fn waits(
-    b: &std::sync::Arc<tenure_kube::KubeLeaseBackend>,
+    b: &std::sync::Arc<tenure_kube::KubeBackend>,
     key: &str,
 ) -> tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)> {
     let (b, wants) = (b.clone(), candidacy(key, "b"));
@@ -413,7 +413,7 @@ async fn acquire_dropped_while_its_create_is_in_flight_leaves_the_lease_free_wit
 /// before its answer is read, and checks that a standby leads at once.
 async fn dropped_grant_is_released(
     env: &common::Env,
-    a: std::sync::Arc<tenure_kube::KubeLeaseBackend>,
+    a: std::sync::Arc<tenure_kube::KubeBackend>,
     link: std::sync::Arc<tenure_conformance::ProxyLink>,
     key: &str,
 ) {
@@ -712,7 +712,7 @@ async fn free(raw: &Api<Lease>, name: &str) {
 /// waiting task goes on.
 async fn served_while_waiting(
     env: &Env,
-    b: &Arc<KubeLeaseBackend>,
+    b: &Arc<KubeBackend>,
     wants: Candidacy,
     window: Duration,
 ) -> (

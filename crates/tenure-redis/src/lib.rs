@@ -5,6 +5,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+mod held;
 mod master;
 mod scripts;
 mod url;
@@ -14,23 +15,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use redis::{IntoConnectionInfo, Value};
 use tokio::time::Instant;
 
 pub use redis;
-use tenure_core::hosted::spawn_cleanup;
+use tenure_core::backend_url::Host;
+use tenure_core::hosted::CleanupOnDrop;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, Capabilities, ElectionKey, Error,
     HostedBackend, LeaderEvent, LeaderInfo, Lease, LeaseHandle, LossReason, Result,
 };
 
+use held::RedlockLease;
 use master::{Master, NodeError};
 use scripts::Scripts;
 
 const BACKEND: &str = "redis";
 
-/// Options for a [`RedlockBackend`]; see [`RedlockBuilder`].
+/// Options for a [`RedisBackend`]; see [`RedlockBuilder`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RedlockOptions {
@@ -61,7 +65,7 @@ impl Default for RedlockOptions {
     }
 }
 
-/// Builds a [`RedlockBackend`]. [`connect`](Self::connect) refuses to
+/// Builds a [`RedisBackend`]. [`connect`](Self::connect) refuses to
 /// build one until [`allow_unfenced`](Self::allow_unfenced) was called.
 #[derive(Debug)]
 #[must_use]
@@ -118,7 +122,7 @@ impl RedlockBuilder {
     /// Checks the settings, then connects to every master; fails unless a
     /// majority of them could be reached. Masters that could not be are
     /// tried again on every call.
-    pub async fn connect(self) -> Result<RedlockBackend> {
+    pub async fn connect(self) -> Result<RedisBackend> {
         if !self.unfenced_accepted {
             return Err(Error::invalid(
                 "allow_unfenced",
@@ -196,7 +200,7 @@ impl RedlockBuilder {
                 self.options.connect_timeout,
             ));
         }
-        let backend = RedlockBackend {
+        let backend = RedisBackend {
             inner: Arc::new(Inner {
                 quorum: masters.len() / 2 + 1,
                 masters,
@@ -209,23 +213,18 @@ impl RedlockBuilder {
     }
 }
 
+/// A master's `host:port`, the host without an IPv6 address's brackets.
 fn split_host_port(addr: &str) -> Result<(String, u16)> {
-    let bad = |why: &str| Error::invalid("masters", format!("{addr:?}: {why}"));
-    let (host, port) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| bad("expected host:port"))?;
+    let Host { host, port } = Host::parse(addr, "masters")?;
+    let port =
+        port.ok_or_else(|| Error::invalid("masters", format!("{addr:?}: expected host:port")))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(bad("the host is empty"));
-    }
-    let port = port
-        .parse::<u16>()
-        .map_err(|_| bad("the port is not a number from 1 to 65535"))?;
-    if port == 0 {
-        return Err(bad("the port is not a number from 1 to 65535"));
-    }
     Ok((host.to_owned(), port))
 }
+
+/// The old name of [`RedisBackend`], named like the other backends now.
+#[deprecated(since = "0.1.0", note = "renamed to `RedisBackend`")]
+pub type RedlockBackend = RedisBackend;
 
 /// Leader election on Redis with the Redlock algorithm, over 1, 3 or 5
 /// independent masters (no replication between them).
@@ -235,7 +234,7 @@ fn split_host_port(addr: &str) -> Result<(String, u16)> {
 /// `ElectorBuilder::allow_unfenced`. See the crate documentation for what
 /// that costs.
 #[derive(Clone)]
-pub struct RedlockBackend {
+pub struct RedisBackend {
     inner: Arc<Inner>,
 }
 
@@ -246,25 +245,14 @@ struct Inner {
     options: RedlockOptions,
 }
 
-impl std::fmt::Debug for RedlockBackend {
+impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedlockBackend")
+        f.debug_struct("RedisBackend")
             .field("masters", &self.inner.masters)
             .field("quorum", &self.inner.quorum)
             .field("options", &self.inner.options)
             .finish()
     }
-}
-
-/// What a Redlock lease carries: the key as stored and our random value.
-#[derive(Clone, Debug)]
-struct RedlockLease {
-    key: String,
-    value: String,
-    /// Set when a release begins: from then on no master is taken back
-    /// for this lease (a repair still in flight could otherwise re-create
-    /// a key the release just deleted).
-    released: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How one attempt to take the key on every master ended.
@@ -288,7 +276,7 @@ pub fn redlock_drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-impl RedlockBackend {
+impl RedisBackend {
     /// Starts building a backend over `masters` (`"host:port"` each).
     pub fn builder<S: AsRef<str>>(masters: &[S]) -> RedlockBuilder {
         RedlockBuilder {
@@ -412,14 +400,16 @@ impl RedlockBackend {
         let quorum = self.inner.quorum;
         // Releases whatever this round took unless it is disarmed: on a
         // failed round, and if the caller drops the round midway.
-        let mut undo = Undo {
-            backend: self.clone(),
-            key: key.clone(),
-            value: value.clone(),
-            timeout,
-            ttl: candidacy.ttl(),
-            armed: true,
-        };
+        let undo = CleanupOnDrop::arm(
+            Undo {
+                backend: self.clone(),
+                key: key.clone(),
+                value: value.clone(),
+                timeout,
+                ttl: candidacy.ttl(),
+            },
+            undo_round,
+        );
         let no_expiry = std::sync::atomic::AtomicBool::new(false);
         let call = |i: usize| {
             let (key, value, no_expiry) = (&key, &value, &no_expiry);
@@ -479,7 +469,7 @@ impl RedlockBackend {
                     if confirmed {
                         *known = Some(holder.clone());
                         // Nothing was taken anywhere.
-                        undo.armed = false;
+                        undo.disarm();
                         return Attempt::NotGranted {
                             holder: Some(holder),
                             free_in: Some(left),
@@ -532,7 +522,7 @@ impl RedlockBackend {
             )
             .with_expiry_lead(redlock_drift(candidacy.ttl()));
             if lease.is_valid() {
-                undo.armed = false;
+                undo.disarm();
                 return Attempt::Granted(lease);
             }
             failures.push(format!(
@@ -542,7 +532,9 @@ impl RedlockBackend {
         }
         // Undo only what may have been taken: a grant, an unanswered call
         // (its SET may have landed), or a call still in flight.
-        undo.armed = granted > 0 || !failures.is_empty() || outstanding > 0;
+        if granted == 0 && failures.is_empty() && outstanding == 0 {
+            undo.disarm();
+        }
         // When could a majority be free again: masters that were ours are
         // released now; held ones free when their key expires (or sooner,
         // on a release); unanswered ones are unknown.
@@ -767,8 +759,7 @@ impl RedlockBackend {
         futures::stream::select(futures::stream::select_all(made), later).boxed()
     }
 
-    async fn renew_inner(&self, lease: &Lease) -> Result<Lease> {
-        let state = state_of(lease)?;
+    async fn renew_inner(&self, lease: &Lease, state: &RedlockLease) -> Result<Lease> {
         let timeout = self.node_timeout(lease.ttl());
         let ttl_ms = lease.ttl().as_millis() as u64;
         let n = self.inner.masters.len();
@@ -818,7 +809,7 @@ impl RedlockBackend {
                 // let someone else assemble a majority), and those that
                 // did not answer in time once they do.
                 let expires = sent_at + lease.ttl();
-                self.repair(&state, &lacking, expires, &renewed, timeout)
+                self.repair(state, &lacking, expires, &renewed, timeout)
                     .await;
                 let (this, state, held) = (self.clone(), state.clone(), renewed.clone());
                 // Not a cleanup `Elector::shutdown` waits for: it waits on
@@ -911,8 +902,7 @@ impl RedlockBackend {
     /// Releases on every master; returns once a majority let go (or can no
     /// longer), the rest finishing in the background: a silent master does
     /// not hold up a resign or a shutdown.
-    async fn release_inner(&self, lease: &Lease) -> Result<()> {
-        let state = state_of(lease)?;
+    async fn release_inner(&self, lease: &Lease, state: &RedlockLease) -> Result<()> {
         state
             .released
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -985,60 +975,58 @@ fn likeliest_holder(holders: Vec<(String, Duration)>) -> Option<String> {
         .map(|(holder, _, _)| holder)
 }
 
-/// Releases a round's value on every master when dropped armed.
+/// A round's value, released on every master if the round is not granted
+/// (see [`undo_round`]).
 struct Undo {
-    backend: RedlockBackend,
+    backend: RedisBackend,
     key: String,
     value: String,
     timeout: Duration,
     /// The round's TTL: its keys are gone by then whatever happens.
     ttl: Duration,
-    armed: bool,
 }
 
-impl Drop for Undo {
-    fn drop(&mut self) {
-        if !self.armed {
+/// Releases a round's value on every master: the cleanup of a round that
+/// failed or was dropped midway.
+fn undo_round(undo: Undo) -> BoxFuture<'static, ()> {
+    let Undo {
+        backend,
+        key,
+        value,
+        timeout,
+        ttl,
+    } = undo;
+    let expired = Instant::now() + ttl;
+    Box::pin(async move {
+        let (done, failures) = backend.release_everywhere(&key, &value, timeout).await;
+        if done >= backend.inner.quorum {
             return;
         }
-        let (backend, key, value, timeout) = (
-            self.backend.clone(),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.value),
-            self.timeout,
+        // A round whose answers were lost (its connections broken
+        // since) may hold a majority that nobody else can take until
+        // its keys expire: ask again, on fresh connections, until a
+        // majority let go or the keys are gone anyway. In the
+        // background: a shutdown does not wait for it.
+        tracing::debug!(
+            failures = %failures.join("; "),
+            "undoing a round that was not granted: no majority answered; asking again"
         );
-        let expired = Instant::now() + self.ttl;
-        spawn_cleanup(async move {
-            let (done, failures) = backend.release_everywhere(&key, &value, timeout).await;
-            if done >= backend.inner.quorum {
-                return;
-            }
-            // A round whose answers were lost (its connections broken
-            // since) may hold a majority that nobody else can take until
-            // its keys expire: ask again, on fresh connections, until a
-            // majority let go or the keys are gone anyway. In the
-            // background: a shutdown does not wait for it.
-            tracing::debug!(
-                failures = %failures.join("; "),
-                "undoing a round that was not granted: no majority answered; asking again"
-            );
-            tenure_core::heartbeat_runtime().spawn(async move {
-                let mut pause = Duration::from_millis(5);
-                while Instant::now() + pause < expired {
-                    tokio::time::sleep(pause).await;
-                    let (done, failures) = backend.release_everywhere(&key, &value, timeout).await;
-                    if done >= backend.inner.quorum {
-                        return;
-                    }
-                    tracing::debug!(
-                        failures = %failures.join("; "),
-                        "undoing a round that was not granted: no majority answered yet"
-                    );
-                    pause = (pause * 2).min(timeout);
+        tenure_core::heartbeat_runtime().spawn(async move {
+            let mut pause = Duration::from_millis(5);
+            while Instant::now() + pause < expired {
+                tokio::time::sleep(pause).await;
+                let (done, failures) = backend.release_everywhere(&key, &value, timeout).await;
+                if done >= backend.inner.quorum {
+                    return;
                 }
-            });
+                tracing::debug!(
+                    failures = %failures.join("; "),
+                    "undoing a round that was not granted: no majority answered yet"
+                );
+                pause = (pause * 2).min(timeout);
+            }
         });
-    }
+    })
 }
 
 /// `{1}` → `None` (granted); `{0, holder, pttl}` → who holds it, for how long.
@@ -1092,14 +1080,6 @@ pub(crate) fn holder_of(value: &str) -> LeaderInfo {
     }
 }
 
-fn state_of(lease: &Lease) -> Result<RedlockLease> {
-    lease
-        .handle()
-        .get::<RedlockLease>()
-        .cloned()
-        .ok_or_else(|| Error::invalid("lease", "was not granted by the redis backend"))
-}
-
 fn random_hex() -> String {
     let bytes: [u8; 20] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -1110,15 +1090,13 @@ fn jitter(max: Duration) -> Duration {
 }
 
 fn unavailable(why: String) -> Error {
-    Error::Unavailable {
-        backend: BACKEND,
-        source: why.into(),
-    }
+    Error::unavailable(BACKEND, why)
 }
 
 #[async_trait]
-impl HostedBackend for RedlockBackend {
+impl HostedBackend for RedisBackend {
     const NAME: &'static str = BACKEND;
+    type LeaseState = RedlockLease;
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(false, false);
@@ -1154,12 +1132,12 @@ impl HostedBackend for RedlockBackend {
         }
     }
 
-    async fn renew(&self, lease: Lease) -> Result<Lease> {
-        self.renew_inner(&lease).await
+    async fn renew(&self, lease: Lease, state: &RedlockLease) -> Result<Lease> {
+        self.renew_inner(&lease, state).await
     }
 
-    async fn release(&self, lease: Lease) -> Result<()> {
-        self.release_inner(&lease).await
+    async fn release(&self, lease: Lease, state: &RedlockLease) -> Result<()> {
+        self.release_inner(&lease, state).await
     }
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
@@ -1268,7 +1246,7 @@ mod tests {
     async fn building_without_the_opt_in_is_refused_before_any_connection() {
         // Port 1 is never a Redis master: an attempt to connect would fail
         // differently (unavailable), so the error proves nothing was tried.
-        let err = RedlockBackend::builder(&["127.0.0.1:1"])
+        let err = RedisBackend::builder(&["127.0.0.1:1"])
             .connect()
             .await
             .unwrap_err();
@@ -1285,11 +1263,11 @@ mod tests {
     #[allow(deprecated)]
     fn the_deprecated_accept_unfenced_still_opts_in() {
         assert!(
-            RedlockBackend::builder(&["a:1"])
+            RedisBackend::builder(&["a:1"])
                 .accept_unfenced()
                 .unfenced_accepted
         );
-        assert!(!RedlockBackend::builder(&["a:1"]).unfenced_accepted);
+        assert!(!RedisBackend::builder(&["a:1"]).unfenced_accepted);
     }
 
     #[tokio::test]
@@ -1303,7 +1281,7 @@ mod tests {
             vec!["h:0"],
             vec!["h:99999"],
         ] {
-            let err = RedlockBackend::builder(&masters)
+            let err = RedisBackend::builder(&masters)
                 .allow_unfenced()
                 .connect()
                 .await
@@ -1330,7 +1308,7 @@ mod tests {
                 l.local_addr().unwrap().to_string()
             })
             .collect();
-        let err = RedlockBackend::builder(&closed)
+        let err = RedisBackend::builder(&closed)
             .allow_unfenced()
             .connect()
             .await

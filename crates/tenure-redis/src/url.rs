@@ -4,7 +4,7 @@
 use tenure_core::backend_url::BackendUrl;
 use tenure_core::{Error, Result};
 
-use crate::{RedlockBackend, RedlockBuilder, RedlockOptions};
+use crate::{RedisBackend, RedlockBuilder, RedlockOptions};
 
 /// Redis's port, for a host the URL gives without one.
 const DEFAULT_PORT: u16 = 6379;
@@ -85,7 +85,7 @@ pub(crate) fn parse(text: &str) -> Result<RedlockBuilder> {
             ),
         ));
     }
-    let mut builder = RedlockBackend::builder(&masters)
+    let mut builder = RedisBackend::builder(&masters)
         .options(options)
         .allow_unfenced();
     #[cfg(feature = "tls")]

@@ -9,15 +9,12 @@ use redis::Value;
 use tenure_core::{LeaderEvent, Result};
 use tokio_stream::wrappers::WatchStream;
 
-use crate::{holder_of, RedlockBackend};
+use crate::{holder_of, RedisBackend};
 
 /// How long one master may take to answer a look.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
 
-pub(crate) fn start(
-    backend: RedlockBackend,
-    key: String,
-) -> BoxStream<'static, Result<LeaderEvent>> {
+pub(crate) fn start(backend: RedisBackend, key: String) -> BoxStream<'static, Result<LeaderEvent>> {
     let (tx, rx) = tokio::sync::watch::channel::<Option<LeaderEvent>>(None);
     tenure_core::heartbeat_runtime().spawn(run(backend, key, tx));
     WatchStream::new(rx)
@@ -26,7 +23,7 @@ pub(crate) fn start(
 }
 
 async fn run(
-    backend: RedlockBackend,
+    backend: RedisBackend,
     key: String,
     tx: tokio::sync::watch::Sender<Option<LeaderEvent>>,
 ) {
@@ -65,7 +62,7 @@ async fn run(
 /// What a majority of masters hold now, and when that should change by
 /// expiry; `None` if too few masters answered to tell.
 pub(crate) async fn look(
-    backend: &RedlockBackend,
+    backend: &RedisBackend,
     key: &str,
 ) -> Option<(LeaderEvent, Option<Duration>)> {
     let inner = &backend.inner;

@@ -13,14 +13,14 @@ use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaseBackend,
 };
 use tenure_redis::redis::aio::MultiplexedConnection;
-use tenure_redis::{redlock_drift, RedlockBackend, RedlockOptions};
+use tenure_redis::{redlock_drift, RedisBackend, RedlockOptions};
 use tokio::time::Instant;
 
 /// Three masters, and a client of them whose link to each master is its own.
 struct Three {
     cluster: Cluster,
     links: Vec<Arc<ProxyLink>>,
-    client: RedlockBackend,
+    client: RedisBackend,
 }
 
 async fn three() -> Three {
@@ -34,7 +34,7 @@ async fn three() -> Three {
         links.push(link);
         endpoints.push(addr.to_string());
     }
-    let client = RedlockBackend::builder(&endpoints)
+    let client = RedisBackend::builder(&endpoints)
         .allow_unfenced()
         .connect()
         .await
@@ -180,12 +180,12 @@ async fn redlock_on_three_masters() {
     ));
 
     // --- Figures: uncontended acquire, and hand-over to a waiting standby.
-    let standby = RedlockBackend::builder(&t.cluster.endpoints())
+    let standby = RedisBackend::builder(&t.cluster.endpoints())
         .allow_unfenced()
         .connect()
         .await
         .unwrap();
-    let direct = RedlockBackend::builder(&t.cluster.endpoints())
+    let direct = RedisBackend::builder(&t.cluster.endpoints())
         .allow_unfenced()
         .connect()
         .await
@@ -284,7 +284,7 @@ async fn lose_key_on(cluster: &Cluster, i: usize, key: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_lost_on_one_master_is_taken_again_at_the_next_renewal() {
     let t = three().await;
-    let other = RedlockBackend::builder(&t.cluster.endpoints())
+    let other = RedisBackend::builder(&t.cluster.endpoints())
         .allow_unfenced()
         .connect()
         .await
@@ -389,7 +389,7 @@ async fn a_user_limited_to_the_key_prefix_can_connect_and_campaign() {
         .unwrap();
     let mut options = RedlockOptions::default();
     options.key_prefix = "jobs:".into();
-    let client = RedlockBackend::builder(&[node.endpoint()])
+    let client = RedisBackend::builder(&[node.endpoint()])
         .allow_unfenced()
         .password(Some("jobs".into()), "secret")
         .options(options)
@@ -441,7 +441,7 @@ async fn a_key_that_never_expires_is_waited_on_without_spinning() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let client = RedlockBackend::builder(&[node.endpoint()])
+    let client = RedisBackend::builder(&[node.endpoint()])
         .allow_unfenced()
         .connect()
         .await

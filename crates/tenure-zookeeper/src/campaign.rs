@@ -24,13 +24,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use tenure_core::hosted::{bounded, CleanupOnDrop};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, FencingToken, Lease, LeaseHandle, LossSignal, Result,
 };
 use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, WatchedEvent};
 
-use crate::error::{bounded, map, unavailable};
+use crate::error::{map, unavailable};
 use crate::held::Held;
 use crate::latch::{self, OurNode};
 use crate::session::{Claim, Session};
@@ -76,23 +77,27 @@ async fn campaign(
     // From here on, leaving (error, or the future dropped, even before the
     // create's answer) withdraws our node; until it is known gone, the
     // session's sweeps leave it alone.
-    let mut guard = DeleteOnDrop::new(Withdrawal {
-        claim: session.claim(&prefix),
-        session: session.clone(),
-        election: election.clone(),
-        prefix: prefix.clone(),
-        path: None,
-        settings: settings.clone(),
-    });
+    let mut guard = CleanupOnDrop::arm(
+        Withdrawal {
+            claim: session.claim(&prefix),
+            session: session.clone(),
+            election: election.clone(),
+            prefix: prefix.clone(),
+            path: None,
+            settings: settings.clone(),
+        },
+        |withdrawal| Box::pin(withdrawal.run()),
+    );
     let node = latch::create(client, &election, &prefix, identity, &settings).await?;
-    guard.created(&node.path);
+    guard.state_mut().path = Some(node.path.clone());
     // A node past the sequence wrap would sort first: withdraw it (the guard).
     latch::check_sequence(&election, &node.name)?;
     if node.owner != session.id() {
         return Err(unavailable("our node belongs to an earlier session"));
     }
-    let grant = |guard: DeleteOnDrop, sent_at: Instant| {
-        let claim = guard.disarm();
+    let grant = |guard: CleanupOnDrop<Withdrawal>, sent_at: Instant| {
+        // The candidacy leads: its claim goes on to the held lease.
+        let claim = guard.disarm().claim;
         let signal = LossSignal::new();
         let held = Held::new(
             session.clone(),
@@ -108,14 +113,9 @@ async fn campaign(
         // the quorum leader's view of the session may lag (see
         // `ZooKeeperBackend::expiry_lead`).
         Acquisition::Granted(
-            Lease::new(
-                candidacy.clone(),
-                token,
-                sent_at,
-                LeaseHandle::new(Arc::new(held)),
-            )
-            .with_expiry_lead(settings.expiry_lead)
-            .with_loss_signal(signal),
+            Lease::new(candidacy.clone(), token, sent_at, LeaseHandle::new(held))
+                .with_expiry_lead(settings.expiry_lead)
+                .with_loss_signal(signal),
         )
     };
     let mut own_watch: Option<OwnWatch<'_>> = None;
@@ -138,7 +138,7 @@ async fn campaign(
         if mode == AcquireMode::Once {
             let ahead = &position.children[..index];
             if let Some(info) = latch::leader(client, &election, ahead, &settings).await? {
-                guard.withdraw(settings.request_timeout).await;
+                guard.clean_up_now(settings.request_timeout).await;
                 return Ok(Acquisition::Held(info));
             }
             continue;
@@ -251,51 +251,6 @@ fn watch_own<'a>(client: &'a Client, path: &str, settings: &Settings) -> OwnWatc
             (None, _) => Ok(None),
         }
     })
-}
-
-/// Withdraws a candidacy when dropped, unless disarmed (see [`Withdrawal`]).
-struct DeleteOnDrop {
-    armed: Option<Withdrawal>,
-}
-
-impl DeleteOnDrop {
-    fn new(withdrawal: Withdrawal) -> Self {
-        DeleteOnDrop {
-            armed: Some(withdrawal),
-        }
-    }
-    fn created(&mut self, path: &str) {
-        if let Some(withdrawal) = self.armed.as_mut() {
-            withdrawal.path = Some(path.to_owned());
-        }
-    }
-    /// The candidacy leads: its claim goes on to the held lease.
-    fn disarm(mut self) -> Claim {
-        self.armed.take().expect("armed until disarmed").claim
-    }
-
-    /// Withdraws the candidacy now, and returns once its node is gone (or
-    /// its session ended), or after `within`: a refused single attempt
-    /// leaves no node behind that the next attempts would take for a
-    /// holder. The withdrawal goes on if the caller stops waiting.
-    async fn withdraw(mut self, within: Duration) {
-        if let Some(withdrawal) = self.armed.take() {
-            let (done, gone) = tokio::sync::oneshot::channel();
-            tenure_core::hosted::spawn_cleanup(async move {
-                withdrawal.run().await;
-                let _ = done.send(());
-            });
-            let _ = tokio::time::timeout(within, gone).await;
-        }
-    }
-}
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        if let Some(withdrawal) = self.armed.take() {
-            tenure_core::hosted::spawn_cleanup(withdrawal.run());
-        }
-    }
 }
 
 /// Deleting a withdrawn candidate's node: by its path once known, else

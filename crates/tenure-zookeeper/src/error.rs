@@ -1,7 +1,5 @@
 //! ZooKeeper client errors mapped into tenure's, retryable or not.
 
-use std::time::Duration;
-
 use tenure_core::Error;
 use zookeeper_client::Error as ZkError;
 
@@ -31,34 +29,10 @@ pub(crate) fn is_transient(error: &ZkError) -> bool {
 
 /// Maps a client error: transient ones are retryable, the rest are not.
 pub(crate) fn map(error: ZkError) -> Error {
-    if is_transient(&error) {
-        Error::Unavailable {
-            backend: BACKEND,
-            source: Box::new(error),
-        }
-    } else {
-        Error::Backend {
-            backend: BACKEND,
-            source: Box::new(error),
-        }
-    }
-}
-
-/// Runs one request with a deadline of its own.
-pub(crate) async fn bounded<T>(
-    operation: &'static str,
-    after: Duration,
-    request: impl std::future::Future<Output = Result<T, ZkError>>,
-) -> Result<Result<T, ZkError>, Error> {
-    tokio::time::timeout(after, request)
-        .await
-        .map_err(|_| Error::Timeout { operation, after })
+    Error::from_client(BACKEND, is_transient(&error), error)
 }
 
 /// A retryable error with a message.
 pub(crate) fn unavailable(message: &'static str) -> Error {
-    Error::Unavailable {
-        backend: BACKEND,
-        source: message.into(),
-    }
+    Error::unavailable(BACKEND, message)
 }

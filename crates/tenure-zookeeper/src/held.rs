@@ -30,12 +30,12 @@ use crate::Settings;
 
 /// What a tenure lease on ZooKeeper carries: the session, not a client of
 /// it, so that closing the backend closes the session while leases live on.
-pub(crate) struct Held {
-    pub session: Arc<Session>,
-    pub path: String,
-    pub czxid: i64,
-    pub owner: i64,
-    pub state: Arc<Mutex<State>>,
+pub struct Held {
+    pub(crate) session: Arc<Session>,
+    pub(crate) path: String,
+    pub(crate) czxid: i64,
+    pub(crate) owner: i64,
+    pub(crate) state: Arc<Mutex<State>>,
     expiry: AbortHandle,
     /// Watches our node while the lease lives (stops with its last handle).
     own: OwnNodeWatch,

@@ -8,10 +8,11 @@
 //! candidates: the election node of a nested key (`k/b`'s `b` under `k`) is
 //! not, so elections `k` and `k/b` are independent.
 
+use tenure_core::hosted::bounded;
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, LossReason, Result};
 use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
 
-use crate::error::{bounded, map, unavailable};
+use crate::error::{map, unavailable};
 use crate::session::Session;
 use crate::Settings;
 
@@ -95,16 +96,15 @@ const SEQUENCE_WARN_FROM: i64 = i32::MAX as i64 - (1 << 20);
 pub(crate) fn check_sequence(election: &str, name: &str) -> Result<()> {
     let sequence = sort_key(name);
     if sequence.starts_with('-') {
-        return Err(tenure_core::Error::Backend {
-            backend: crate::error::BACKEND,
-            source: format!(
+        return Err(tenure_core::Error::backend(
+            crate::error::BACKEND,
+            format!(
                 "the election node {election} has had 2^31 candidate nodes: ZooKeeper's \
                  sequence counter wrapped, and a node numbered {sequence} would sort before \
                  the holder's; delete {election} while nobody holds it (its counter starts \
                  again at 0)"
-            )
-            .into(),
-        });
+            ),
+        ));
     }
     if sequence
         .parse::<i64>()
@@ -427,10 +427,10 @@ pub(crate) async fn position(
 
 /// A multi-read answer that does not match its request.
 fn unexpected(result: Option<MultiReadResult>) -> tenure_core::Error {
-    tenure_core::Error::Backend {
-        backend: crate::error::BACKEND,
-        source: format!("unexpected multi-read result {result:?}").into(),
-    }
+    tenure_core::Error::backend(
+        crate::error::BACKEND,
+        format!("unexpected multi-read result {result:?}"),
+    )
 }
 
 /// Whether our node is still ours (same czxid, owned by the client's current

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HostedBackend, KeyRule,
     LeaderEvent, Lease, LossReason, Result,
@@ -209,13 +210,7 @@ impl ZooKeeperBackend {
         let servers = relay::servers(connect_string)?;
         let sessions = Arc::new(Sessions::new(servers, options.clone()));
         let first = sessions.clone();
-        tenure_core::heartbeat_runtime()
-            .spawn(async move { first.client().await.map(drop) })
-            .await
-            .map_err(|e| Error::Backend {
-                backend: BACKEND,
-                source: Box::new(e),
-            })??;
+        on_heartbeat_runtime(BACKEND, async move { first.client().await.map(drop) }).await?;
         Ok(ZooKeeperBackend {
             sessions,
             settings: Arc::new(Settings {
@@ -236,9 +231,10 @@ impl ZooKeeperBackend {
     /// - the path is [`ZooKeeperOptions::base_path`];
     /// - `user:password` (percent-encoded where needed): ZooKeeper digest
     ///   authentication (`addauth digest user:password`);
-    /// - `session_timeout_ms` and `tick_time_ms` ([`ZooKeeperOptions`]):
-    ///   `6s`, `500ms`, or a plain number of milliseconds;
-    ///   `request_timeout=5s`;
+    /// - `session_timeout` and `tick_time` ([`ZooKeeperOptions`]), and
+    ///   `request_timeout`: `6s`, `500ms` (their old names
+    ///   `session_timeout_ms` and `tick_time_ms`, which also take a plain
+    ///   number of milliseconds, still work but are deprecated);
     /// - `tls=true` is refused: TLS to ZooKeeper is not supported yet.
     ///
     /// A bad URL, or an unknown parameter, is an [`Error::InvalidArgument`]
@@ -258,7 +254,7 @@ impl ZooKeeperBackend {
     /// the backend has replaced the session.
     pub async fn client(&self) -> Result<Client> {
         let sessions = self.sessions.clone();
-        tenure_core::on_heartbeat_runtime(BACKEND, async move { sessions.client().await }).await
+        on_heartbeat_runtime(BACKEND, async move { sessions.client().await }).await
     }
 
     /// How much sooner than one TTL after its last answered request a lease's
@@ -306,16 +302,10 @@ fn normalize_base(base: &str) -> Result<String> {
     Ok(trimmed.to_owned())
 }
 
-fn held(lease: &Lease) -> Result<&Arc<Held>> {
-    lease
-        .handle()
-        .get::<Arc<Held>>()
-        .ok_or_else(|| Error::invalid("lease", "was not granted by the ZooKeeper backend"))
-}
-
 #[async_trait]
 impl HostedBackend for ZooKeeperBackend {
     const NAME: &'static str = BACKEND;
+    type LeaseState = Held;
 
     fn promises(&self) -> Capabilities {
         let timeout = self.sessions.session_timeout();
@@ -386,8 +376,7 @@ impl HostedBackend for ZooKeeperBackend {
         campaign::acquire(session, &candidacy, mode, settings).await
     }
 
-    async fn renew(&self, lease: Lease) -> Result<Lease> {
-        let held = held(&lease)?;
+    async fn renew(&self, lease: Lease, held: &Held) -> Result<Lease> {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         if state.ended || Instant::now() >= state.deadline {
@@ -419,8 +408,7 @@ impl HostedBackend for ZooKeeperBackend {
         Ok(lease.renewed(sent_at, lease.handle().clone()))
     }
 
-    async fn release(&self, lease: Lease) -> Result<()> {
-        let held = held(&lease)?;
+    async fn release(&self, lease: Lease, held: &Held) -> Result<()> {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         state.ended = true;

@@ -12,12 +12,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_core::hosted::bounded;
 use tenure_core::{LossReason, LossSignal};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 use zookeeper_client::{Error as ZkError, EventType};
 
-use crate::error::{bounded, map};
+use crate::error::map;
 use crate::held::State;
 use crate::latch::OurNode;
 use crate::session::Session;

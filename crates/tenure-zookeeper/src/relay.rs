@@ -155,14 +155,12 @@ impl Relay {
         for server in servers {
             let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| Error::Backend {
-                    backend: BACKEND,
-                    source: Box::new(e),
-                })?;
-            addrs.push(listener.local_addr().map_err(|e| Error::Backend {
-                backend: BACKEND,
-                source: Box::new(e),
-            })?);
+                .map_err(|e| Error::backend(BACKEND, e))?;
+            addrs.push(
+                listener
+                    .local_addr()
+                    .map_err(|e| Error::backend(BACKEND, e))?,
+            );
             let task = accept(listener, server.clone(), terms.clone(), patience);
             listeners.push(tenure_core::heartbeat_runtime().spawn(task).abort_handle());
         }

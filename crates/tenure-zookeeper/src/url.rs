@@ -9,10 +9,13 @@ use crate::ZooKeeperOptions;
 const DEFAULT_PORT: u16 = 2181;
 
 const KNOWN: &[&str] = &[
-    "session_timeout_ms",
-    "tick_time_ms",
+    "session_timeout",
+    "tick_time",
     "request_timeout",
     "tls",
+    // Their old names, deprecated: plain milliseconds.
+    "session_timeout_ms",
+    "tick_time_ms",
 ];
 
 /// Parses a `zk://` URL into a connect string and options; every problem
@@ -31,10 +34,10 @@ pub(crate) fn parse(text: &str) -> Result<(String, ZooKeeperOptions)> {
                 .invalid("digest auth needs both a user and a password (zk://user:password@host)"))
         }
     }
-    if let Some(timeout) = url.take_duration("session_timeout_ms")? {
+    if let Some(timeout) = url.take_duration_renamed("session_timeout", "session_timeout_ms")? {
         options = options.with_session_timeout(timeout);
     }
-    if let Some(tick) = url.take_duration("tick_time_ms")? {
+    if let Some(tick) = url.take_duration_renamed("tick_time", "tick_time_ms")? {
         options = options.with_tick_time(tick);
     }
     if let Some(timeout) = url.take_duration("request_timeout")? {
@@ -67,17 +70,21 @@ mod tests {
     #[test]
     fn hosts_base_and_timing_are_read() {
         let (hosts, options) =
-            parse("zk://a:1,b/services/latches?session_timeout_ms=1000&tick_time_ms=200").unwrap();
+            parse("zk://a:1,b/services/latches?session_timeout=1s&tick_time=200ms").unwrap();
         assert_eq!(hosts, "a:1,b:2181");
         assert_eq!(options.base_path, "/services/latches");
         assert_eq!(options.session_timeout, Duration::from_secs(1));
         assert_eq!(options.tick_time, Duration::from_millis(200));
         assert_eq!(options.auth, None);
         let (_, options) =
-            parse("zk://a?session_timeout_ms=6s&tick_time_ms=1s&request_timeout=500ms").unwrap();
+            parse("zk://a?session_timeout=6s&tick_time=1s&request_timeout=500ms").unwrap();
         assert_eq!(options.session_timeout, Duration::from_secs(6));
         assert_eq!(options.tick_time, Duration::from_secs(1));
         assert_eq!(options.request_timeout, Duration::from_millis(500));
+        // The old names, deprecated, still read plain milliseconds.
+        let (_, options) = parse("zk://a?session_timeout_ms=1000&tick_time_ms=200").unwrap();
+        assert_eq!(options.session_timeout, Duration::from_secs(1));
+        assert_eq!(options.tick_time, Duration::from_millis(200));
         assert_eq!(parse("zk://a").unwrap().1.base_path, "");
     }
 
@@ -91,7 +98,7 @@ mod tests {
         let why = reason("zk://app:p%40ss@a:2181?colour=blue");
         assert!(why.contains("app:***@") && !why.contains("p%40ss"), "{why}");
         assert!(
-            why.contains("\"colour\"") && why.contains("known: session_timeout_ms"),
+            why.contains("\"colour\"") && why.contains("known: session_timeout,"),
             "{why}"
         );
     }
@@ -104,9 +111,11 @@ mod tests {
             "zk:///base",
             "zk://a:1,,b:2",
             "zk://a:99999",
-            "zk://a?session_timeout_ms=soon",
-            "zk://a?tick_time_ms=1&tick_time_ms=2",
-            "zk://a?tick_time=2s",
+            "zk://a?session_timeout=soon",
+            "zk://a?session_timeout=1000",
+            "zk://a?tick_time=1ms&tick_time=2ms",
+            "zk://a?tick_time=2s&tick_time_ms=2000",
+            "zk://a?tick_time=2h",
             "zk://user@a",
             "zk://a/b#c",
         ] {

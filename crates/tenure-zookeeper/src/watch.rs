@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use tenure_core::hosted::bounded;
 use tenure_core::{LeaderEvent, Result};
 use zookeeper_client::{Client, Error as ZkError, EventType, OneshotWatcher};
 
-use crate::error::{bounded, map, unavailable};
+use crate::error::{map, unavailable};
 use crate::latch;
 use crate::session::Session;
 use crate::Settings;

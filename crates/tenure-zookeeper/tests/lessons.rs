@@ -101,7 +101,7 @@ async fn a_tick_time_above_a_third_of_the_session_timeout_is_refused_naming_it()
         }) => assert!(reason.contains("3 ticks"), "{reason}"),
         other => panic!("expected InvalidArgument(tick_time), got {other:?}"),
     }
-    let url = "zk://127.0.0.1:1?session_timeout_ms=1000&tick_time_ms=0";
+    let url = "zk://127.0.0.1:1?session_timeout=1s&tick_time=0ms";
     assert!(matches!(
         ZooKeeperBackend::connect_url(url).await,
         Err(Error::InvalidArgument {

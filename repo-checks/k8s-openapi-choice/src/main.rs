@@ -3,6 +3,6 @@
 
 fn main() {
     let lease = k8s_openapi::api::coordination::v1::Lease::default();
-    let name = std::any::type_name::<tenure::kube::KubeLeaseBackend>();
+    let name = std::any::type_name::<tenure::kube::KubeBackend>();
     println!("{name} {:?}", lease.metadata.name);
 }

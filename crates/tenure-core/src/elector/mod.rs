@@ -554,10 +554,10 @@ impl Elector {
             Some(Ok(LeaderEvent::Elected(info))) => Ok(Some(info)),
             Some(Ok(LeaderEvent::Vacant)) => Ok(None),
             Some(Err(error)) => Err(error),
-            None => Err(Error::Unavailable {
-                backend: self.inner.backend.name(),
-                source: "the watch ended before its first event".into(),
-            }),
+            None => Err(Error::unavailable(
+                self.inner.backend.name(),
+                "the watch ended before its first event",
+            )),
         }
     }
 

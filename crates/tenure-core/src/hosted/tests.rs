@@ -39,6 +39,7 @@ impl Drop for CountDrop {
 #[async_trait]
 impl HostedBackend for Fake {
     const NAME: &'static str = "fake";
+    type LeaseState = u64;
 
     fn promises(&self) -> Capabilities {
         Capabilities::new(true, true)
@@ -58,23 +59,20 @@ impl HostedBackend for Fake {
         Ok(Acquisition::Granted(lease))
     }
 
-    async fn renew(&self, lease: Lease) -> Result<Lease> {
+    async fn renew(&self, lease: Lease, _id: &u64) -> Result<Lease> {
         if lease.key().as_str() == "panic" {
             panic!("renew panicked");
         }
         Ok(lease)
     }
 
-    async fn release(&self, lease: Lease) -> Result<()> {
-        let id = *lease.handle().get::<u64>().unwrap();
+    async fn release(&self, _lease: Lease, id: &u64) -> Result<()> {
+        let id = *id;
         {
             let mut failing = self.failing_releases.lock().unwrap();
             if *failing > 0 {
                 *failing -= 1;
-                return Err(Error::Unavailable {
-                    backend: "fake",
-                    source: "connection reset".into(),
-                });
+                return Err(Error::unavailable("fake", "connection reset"));
             }
         }
         self.released.lock().unwrap().push(id);
@@ -194,4 +192,80 @@ async fn a_panic_in_an_operation_reaches_the_caller() {
         .catch_unwind()
         .await;
     assert!(caught.is_err());
+}
+
+/// A cleanup that counts its runs in `runs`, after a short pause.
+fn counting_cleanup(runs: Arc<Mutex<u32>>) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        *runs.lock().unwrap() += 1;
+    })
+}
+
+#[tokio::test]
+async fn a_guard_dropped_armed_cleans_up_and_close_waits_for_it() {
+    let runs = Arc::new(Mutex::new(0));
+    drop(CleanupOnDrop::arm(runs.clone(), counting_cleanup));
+    assert_eq!(
+        *runs.lock().unwrap(),
+        0,
+        "the cleanup runs in the background"
+    );
+    cleanups_finished().await;
+    assert_eq!(*runs.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_disarmed_guard_hands_back_its_state_and_runs_nothing() {
+    let runs = Arc::new(Mutex::new(0));
+    let mut guard = CleanupOnDrop::arm(runs.clone(), counting_cleanup);
+    *guard.state_mut().lock().unwrap() += 10;
+    let state = guard.disarm();
+    assert!(Arc::ptr_eq(&state, &runs));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(*runs.lock().unwrap(), 10);
+}
+
+#[tokio::test]
+async fn cleaning_up_now_waits_for_the_cleanup_or_the_bound() {
+    let runs = Arc::new(Mutex::new(0));
+    CleanupOnDrop::arm(runs.clone(), counting_cleanup)
+        .clean_up_now(Duration::from_secs(5))
+        .await;
+    assert_eq!(*runs.lock().unwrap(), 1, "waited for the cleanup");
+
+    let started = Instant::now();
+    CleanupOnDrop::arm(runs.clone(), |runs| {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            *runs.lock().unwrap() += 1;
+        })
+    })
+    .clean_up_now(Duration::from_millis(20))
+    .await;
+    assert!(started.elapsed() < Duration::from_millis(250));
+    assert_eq!(*runs.lock().unwrap(), 1, "the wait ended first");
+    cleanups_finished().await;
+    assert_eq!(*runs.lock().unwrap(), 2, "the cleanup went on");
+}
+
+#[tokio::test]
+async fn a_lease_another_backend_granted_is_refused_by_name() {
+    let fake = Fake::default();
+    let foreign = Lease::new(
+        candidacy("foreign"),
+        None,
+        Instant::now(),
+        LeaseHandle::new("another backend's state"),
+    );
+    for error in [
+        LeaseBackend::renew(&fake, &foreign).await.unwrap_err(),
+        LeaseBackend::release(&fake, &foreign).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&error, Error::InvalidArgument { field: "lease", reason } if reason == "was not granted by the fake backend"),
+            "{error}"
+        );
+    }
+    assert!(fake.released.lock().unwrap().is_empty());
 }

@@ -371,8 +371,5 @@ pub(crate) struct Connection(u64);
 
 /// A retryable connection error of the memory link, for `why`.
 fn unavailable(why: &str) -> Error {
-    Error::Unavailable {
-        backend: "memory",
-        source: format!("injected fault: {why}").into(),
-    }
+    Error::unavailable("memory", format!("injected fault: {why}"))
 }

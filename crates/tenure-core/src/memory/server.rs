@@ -570,10 +570,7 @@ impl Server {
                         changed = rx.changed() => if changed.is_err() { return None },
                         _ = sleep_until_opt(expiry) => {}
                         () = faults.until_reset(connection) => {
-                            let e = Error::Unavailable {
-                                backend: "memory",
-                                source: "injected fault: connection reset".into(),
-                            };
+                            let e = Error::unavailable("memory", "injected fault: connection reset");
                             return Some((Err(e), (server, key, rx, faults, last, true)));
                         }
                     }

@@ -18,7 +18,7 @@ use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::lease_server::{kube_config_for, LeaseServer};
 use tenure_conformance::ProxyLink;
 use tenure_core::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, LeaseBackend};
-use tenure_kube::{Fencing, KubeLeaseBackend, KubeOptions};
+use tenure_kube::{Fencing, KubeBackend, KubeOptions};
 use tokio::time::sleep;
 
 /// The TTL tenure candidates use, and the Go-style holders' leaseDurationSeconds.
@@ -43,22 +43,22 @@ pub async fn env() -> Env {
 
 impl Env {
     /// A tenure backend talking to the server directly.
-    pub async fn backend(&self) -> Arc<KubeLeaseBackend> {
+    pub async fn backend(&self) -> Arc<KubeBackend> {
         self.backend_with(KubeOptions::default()).await
     }
 
     /// A tenure backend with `options`, talking to the server directly.
-    pub async fn backend_with(&self, options: KubeOptions) -> Arc<KubeLeaseBackend> {
+    pub async fn backend_with(&self, options: KubeOptions) -> Arc<KubeBackend> {
         let config = self.server.kube_config().await.expect("kubeconfig");
         Arc::new(
-            KubeLeaseBackend::from_config(config, options)
+            KubeBackend::from_config(config, options)
                 .await
                 .expect("backend"),
         )
     }
 
     /// A tenure backend behind a fault proxy of its own.
-    pub async fn proxied_backend(&self) -> (Arc<KubeLeaseBackend>, Arc<ProxyLink>) {
+    pub async fn proxied_backend(&self) -> (Arc<KubeBackend>, Arc<ProxyLink>) {
         self.proxied_backend_with(KubeOptions::default()).await
     }
 
@@ -66,10 +66,10 @@ impl Env {
     pub async fn proxied_backend_with(
         &self,
         options: KubeOptions,
-    ) -> (Arc<KubeLeaseBackend>, Arc<ProxyLink>) {
+    ) -> (Arc<KubeBackend>, Arc<ProxyLink>) {
         let (link, addr) = ProxyLink::start(self.server.addr()).await.expect("proxy");
         let config = kube_config_for(addr).await.expect("kubeconfig");
-        let backend = KubeLeaseBackend::from_config(config, options)
+        let backend = KubeBackend::from_config(config, options)
             .await
             .expect("backend");
         (Arc::new(backend), link)
@@ -110,7 +110,7 @@ pub fn candidacy(key: &str, identity: &str) -> Candidacy {
 }
 
 /// Acquires once; panics unless granted.
-pub async fn hold(backend: &KubeLeaseBackend, key: &str, who: &str) -> tenure_core::Lease {
+pub async fn hold(backend: &KubeBackend, key: &str, who: &str) -> tenure_core::Lease {
     match backend
         .acquire(&candidacy(key, who), AcquireMode::Once)
         .await

@@ -1,0 +1,14 @@
+//! What a lease this backend granted carries ([`HostedBackend::LeaseState`](tenure_core::HostedBackend::LeaseState)).
+
+use std::sync::Arc;
+
+/// What a Redlock lease carries: the key as stored and our random value.
+#[derive(Clone, Debug)]
+pub struct RedlockLease {
+    pub(crate) key: String,
+    pub(crate) value: String,
+    /// Set when a release begins: from then on no master is taken back
+    /// for this lease (a repair still in flight could otherwise re-create
+    /// a key the release just deleted).
+    pub(crate) released: Arc<std::sync::atomic::AtomicBool>,
+}
