@@ -9,7 +9,8 @@ use redis::Value;
 use tenure_core::{LeaderEvent, Result};
 use tokio_stream::wrappers::WatchStream;
 
-use crate::{holder_of, RedisBackend};
+use crate::answers::holder_of;
+use crate::RedisBackend;
 
 /// How long one master may take to answer a look.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
