@@ -119,7 +119,7 @@ impl Capabilities {
             max_ttl: None,
             ttl_granularity: Duration::from_millis(1),
             key_rule: KeyRule::Any,
-            max_key_len: crate::types::MAX_KEY_LEN,
+            max_key_len: crate::MAX_KEY_LEN,
             expiry_slack: Duration::ZERO,
             expiry_judged_by_observer: false,
             holder_watches_own_record: false,

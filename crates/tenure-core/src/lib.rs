@@ -3,7 +3,6 @@
 #![warn(missing_docs)]
 
 mod backend;
-#[path = "url.rs"]
 pub mod backend_url;
 mod backoff;
 mod capabilities;
@@ -11,10 +10,12 @@ mod elector;
 mod error;
 mod fence;
 pub mod hosted;
+mod leader;
 mod lease;
 mod loss;
 pub mod memory;
-mod types;
+mod names;
+mod token;
 
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};
 pub use capabilities::{Capabilities, KeyRule};
@@ -28,9 +29,9 @@ pub use elector::{
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
 pub use hosted::{on_heartbeat_runtime, HostedBackend};
+pub use leader::{LeaderEvent, LeaderInfo};
 pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle, LossSignal, Warning};
 pub use loss::LossReason;
 pub use memory::MemoryBackend;
-pub use types::{
-    CandidateId, ElectionKey, FencingToken, LeaderEvent, LeaderInfo, MAX_IDENTITY_LEN, MAX_KEY_LEN,
-};
+pub use names::{CandidateId, ElectionKey, MAX_IDENTITY_LEN, MAX_KEY_LEN};
+pub use token::FencingToken;
