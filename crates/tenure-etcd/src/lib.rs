@@ -7,7 +7,7 @@
 
 mod election;
 mod error;
-mod held;
+mod granted;
 mod keepalive;
 mod members;
 mod own;
@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 pub use etcd_client;
-use held::EtcdLease;
+use granted::EtcdGrant;
 use keepalive::{KeepAlive, Renewed};
 use members::Members;
 use tenure_core::hosted::CleanupOnDrop;
@@ -460,7 +460,7 @@ impl EtcdBackend {
             settings.clone(),
             signal.clone(),
         );
-        let handle = EtcdLease {
+        let handle = EtcdGrant {
             lease_id,
             key,
             create_revision,
@@ -544,7 +544,7 @@ async fn keep_waiting(
 #[async_trait]
 impl HostedBackend for EtcdBackend {
     const NAME: &'static str = BACKEND;
-    type LeaseState = EtcdLease;
+    type LeaseState = EtcdGrant;
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, true);
@@ -562,7 +562,7 @@ impl HostedBackend for EtcdBackend {
         self.acquire_inner(&candidacy, mode).await
     }
 
-    async fn renew(&self, lease: Lease, state: &EtcdLease) -> Result<Lease> {
+    async fn renew(&self, lease: Lease, state: &EtcdGrant) -> Result<Lease> {
         let settings = self.settings.for_ttl(lease.ttl());
         // The lease lives, and then our key too: someone may have deleted
         // it, and a keep-alive racing a revoke may be answered as a success
@@ -584,7 +584,7 @@ impl HostedBackend for EtcdBackend {
         }
     }
 
-    async fn release(&self, lease: Lease, state: &EtcdLease) -> Result<()> {
+    async fn release(&self, lease: Lease, state: &EtcdGrant) -> Result<()> {
         let settings = self.settings.for_ttl(lease.ttl());
         election::delete_if_ours(&self.client, &state.key, state.create_revision, &settings)
             .await?;

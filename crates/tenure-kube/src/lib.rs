@@ -4,8 +4,8 @@
 
 mod error;
 mod fencing;
+mod granted;
 mod guard;
-mod held;
 mod observe;
 mod own;
 mod record;
@@ -39,8 +39,8 @@ pub use kube;
 pub use crate::fencing::{Fencing, TERM_ANNOTATION, TOKEN_ANNOTATION};
 
 use crate::error::{refused, Refused, BACKEND};
+use crate::granted::{KubeGrant, Ours};
 use crate::guard::GrantGuard;
-use crate::held::{Held, Ours};
 use crate::observe::Observations;
 use crate::record::{Record, Term};
 use crate::renew_time::NewestSecond;
@@ -349,7 +349,7 @@ impl KubeBackend {
             self.timeout(candidacy.ttl()),
             signal.clone(),
         );
-        let held = Held {
+        let held = KubeGrant {
             term: Term::of(&written),
             last: Mutex::new(Ours {
                 newest: NewestSecond::granted(&written, sent_at),
@@ -381,7 +381,7 @@ impl KubeBackend {
     async fn write_ours(
         &self,
         lease: &Lease,
-        held: &Held,
+        held: &KubeGrant,
         operation: &'static str,
         change: fn(&KubeLease, MicroTime, Duration) -> KubeLease,
     ) -> Result<std::result::Result<Instant, LossReason>> {
@@ -437,7 +437,7 @@ impl KubeBackend {
     /// the write before it (renew_time.rs). A wait that would outlast the
     /// lease (the wall clock went back) is refused as unavailable: the
     /// Elector tries again until the deadline.
-    async fn next_second(&self, lease: &Lease, held: &Held) -> Result<()> {
+    async fn next_second(&self, lease: &Lease, held: &KubeGrant) -> Result<()> {
         loop {
             let wait = held.last.lock().await.newest.wait();
             if wait.is_zero() {
@@ -535,7 +535,7 @@ fn answered(
 #[async_trait]
 impl HostedBackend for KubeBackend {
     const NAME: &'static str = BACKEND;
-    type LeaseState = Held;
+    type LeaseState = KubeGrant;
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, false);
@@ -558,7 +558,7 @@ impl HostedBackend for KubeBackend {
         self.acquire_inner(&candidacy, mode).await
     }
 
-    async fn renew(&self, lease: Lease, held: &Held) -> Result<Lease> {
+    async fn renew(&self, lease: Lease, held: &KubeGrant) -> Result<Lease> {
         if !lease.is_valid() {
             // The lease ran out before it was renewed.
             return Err(Error::lease_lost(lease.key().as_str(), LossReason::Expired));
@@ -573,7 +573,7 @@ impl HostedBackend for KubeBackend {
         }
     }
 
-    async fn release(&self, lease: Lease, held: &Held) -> Result<()> {
+    async fn release(&self, lease: Lease, held: &KubeGrant) -> Result<()> {
         held.releasing.store(true, Ordering::SeqCst);
         self.write_ours(&lease, held, "release lease", |last, _, _| {
             record::released(last)

@@ -7,7 +7,7 @@
 
 mod answers;
 mod builder;
-mod held;
+mod granted;
 mod master;
 mod round;
 mod scripts;
@@ -27,7 +27,7 @@ use tenure_core::{
 };
 
 use answers::holder_of;
-use held::RedlockLease;
+use granted::RedisGrant;
 use master::Master;
 use round::Attempt;
 use scripts::Scripts;
@@ -89,7 +89,7 @@ fn unavailable(why: String) -> Error {
 #[async_trait]
 impl HostedBackend for RedisBackend {
     const NAME: &'static str = BACKEND;
-    type LeaseState = RedlockLease;
+    type LeaseState = RedisGrant;
 
     fn promises(&self) -> Capabilities {
         let mut caps = Capabilities::new(false, false);
@@ -125,11 +125,11 @@ impl HostedBackend for RedisBackend {
         }
     }
 
-    async fn renew(&self, lease: Lease, state: &RedlockLease) -> Result<Lease> {
+    async fn renew(&self, lease: Lease, state: &RedisGrant) -> Result<Lease> {
         self.renew_inner(&lease, state).await
     }
 
-    async fn release(&self, lease: Lease, state: &RedlockLease) -> Result<()> {
+    async fn release(&self, lease: Lease, state: &RedisGrant) -> Result<()> {
         self.release_inner(&lease, state).await
     }
 

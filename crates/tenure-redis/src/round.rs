@@ -15,7 +15,7 @@ use tenure_core::{
 };
 
 use crate::answers::{acquire_answer, holder_of};
-use crate::held::RedlockLease;
+use crate::granted::RedisGrant;
 use crate::master::Master;
 use crate::{redlock_drift, unavailable, RedisBackend};
 
@@ -189,7 +189,7 @@ impl RedisBackend {
                 candidacy.clone(),
                 None,
                 sent_at,
-                LeaseHandle::new(RedlockLease {
+                LeaseHandle::new(RedisGrant {
                     key: key.clone(),
                     value,
                     released: Default::default(),
@@ -438,7 +438,7 @@ impl RedisBackend {
         futures::stream::select(futures::stream::select_all(made), later).boxed()
     }
 
-    pub(crate) async fn renew_inner(&self, lease: &Lease, state: &RedlockLease) -> Result<Lease> {
+    pub(crate) async fn renew_inner(&self, lease: &Lease, state: &RedisGrant) -> Result<Lease> {
         let timeout = self.node_timeout(lease.ttl());
         let ttl_ms = lease.ttl().as_millis() as u64;
         let n = self.inner.masters.len();
@@ -532,7 +532,7 @@ impl RedisBackend {
     /// a WARN: a lease that lost a master has no spare left until then.
     pub(crate) async fn repair(
         &self,
-        state: &RedlockLease,
+        state: &RedisGrant,
         masters: &[usize],
         expires: Instant,
         lease: &Lease,
@@ -581,7 +581,7 @@ impl RedisBackend {
     /// Releases on every master; returns once a majority let go (or can no
     /// longer), the rest finishing in the background: a silent master does
     /// not hold up a resign or a shutdown.
-    pub(crate) async fn release_inner(&self, lease: &Lease, state: &RedlockLease) -> Result<()> {
+    pub(crate) async fn release_inner(&self, lease: &Lease, state: &RedisGrant) -> Result<()> {
         state
             .released
             .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, WatchedEvent};
 
 use crate::error::{map, unavailable};
-use crate::held::Held;
+use crate::granted::ZkGrant;
 use crate::latch::{self, OurNode};
 use crate::session::{Claim, Session};
 use crate::Settings;
@@ -99,7 +99,7 @@ async fn campaign(
         // The candidacy leads: its claim goes on to the held lease.
         let claim = guard.disarm().claim;
         let signal = LossSignal::new();
-        let held = Held::new(
+        let held = ZkGrant::new(
             session.clone(),
             claim,
             &node,
@@ -260,7 +260,7 @@ fn watch_own<'a>(client: &'a Client, path: &str, settings: &Settings) -> OwnWatc
 /// would sit in the queue, a standby behind it waiting for a ghost.
 struct Withdrawal {
     session: Arc<Session>,
-    /// Held until the node is known gone.
+    /// ZkGrant until the node is known gone.
     claim: Claim,
     election: String,
     prefix: String,

@@ -4,7 +4,7 @@
 
 mod campaign;
 mod error;
-mod held;
+mod granted;
 mod latch;
 mod own;
 mod probe;
@@ -29,7 +29,7 @@ pub use zookeeper_client;
 use zookeeper_client::Client;
 
 use crate::error::BACKEND;
-use crate::held::Held;
+use crate::granted::ZkGrant;
 use crate::session::Sessions;
 
 /// Options for [`ZooKeeperBackend::connect`].
@@ -305,7 +305,7 @@ fn normalize_base(base: &str) -> Result<String> {
 #[async_trait]
 impl HostedBackend for ZooKeeperBackend {
     const NAME: &'static str = BACKEND;
-    type LeaseState = Held;
+    type LeaseState = ZkGrant;
 
     fn promises(&self) -> Capabilities {
         let timeout = self.sessions.session_timeout();
@@ -376,7 +376,7 @@ impl HostedBackend for ZooKeeperBackend {
         campaign::acquire(session, &candidacy, mode, settings).await
     }
 
-    async fn renew(&self, lease: Lease, held: &Held) -> Result<Lease> {
+    async fn renew(&self, lease: Lease, held: &ZkGrant) -> Result<Lease> {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         if state.ended || Instant::now() >= state.deadline {
@@ -408,7 +408,7 @@ impl HostedBackend for ZooKeeperBackend {
         Ok(lease.renewed(sent_at, lease.handle().clone()))
     }
 
-    async fn release(&self, lease: Lease, held: &Held) -> Result<()> {
+    async fn release(&self, lease: Lease, held: &ZkGrant) -> Result<()> {
         let settings = self.settings.for_ttl(lease.ttl());
         let mut state = held.state.lock().await;
         state.ended = true;

@@ -19,7 +19,7 @@ use tokio::task::AbortHandle;
 use zookeeper_client::{Error as ZkError, EventType};
 
 use crate::error::map;
-use crate::held::State;
+use crate::granted::State;
 use crate::latch::OurNode;
 use crate::session::Session;
 use crate::Settings;

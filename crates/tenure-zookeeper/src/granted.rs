@@ -30,7 +30,7 @@ use crate::Settings;
 
 /// What a tenure lease on ZooKeeper carries: the session, not a client of
 /// it, so that closing the backend closes the session while leases live on.
-pub struct Held {
+pub struct ZkGrant {
     pub(crate) session: Arc<Session>,
     pub(crate) path: String,
     pub(crate) czxid: i64,
@@ -57,7 +57,7 @@ pub(crate) struct State {
     pub we_delete: bool,
 }
 
-impl Held {
+impl ZkGrant {
     /// Starts the expiry timer of a node granted by a request sent at
     /// `sent_at`; the timer keeps the candidacy's claim on the node until
     /// the node is gone (or the session is). And starts watching the node:
@@ -71,7 +71,7 @@ impl Held {
         ttl: Duration,
         settings: Settings,
         signal: LossSignal,
-    ) -> Held {
+    ) -> ZkGrant {
         let state = Arc::new(Mutex::new(State {
             deadline: sent_at + ttl,
             ended: false,
@@ -95,7 +95,7 @@ impl Held {
             }
         };
         let expiry = tenure_core::heartbeat_runtime().spawn(timer).abort_handle();
-        Held {
+        ZkGrant {
             session,
             path: node.path.clone(),
             czxid: node.czxid,

@@ -12,7 +12,7 @@ use crate::renew_time::NewestSecond;
 
 /// What a tenure lease on Kubernetes carries: its term, the Lease as we
 /// last wrote it, and the watch of it (own.rs).
-pub struct Held {
+pub struct KubeGrant {
     pub(crate) term: Term,
     pub(crate) last: Mutex<Ours>,
     /// Set before our release: its write is no news for the watch.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 /// What a Redlock lease carries: the key as stored and our random value.
 #[derive(Clone, Debug)]
-pub struct RedlockLease {
+pub struct RedisGrant {
     pub(crate) key: String,
     pub(crate) value: String,
     /// Set when a release begins: from then on no master is taken back

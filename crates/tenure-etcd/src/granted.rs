@@ -6,7 +6,7 @@ use crate::keepalive::KeepAlive;
 use crate::own;
 
 /// What a tenure lease on etcd carries.
-pub struct EtcdLease {
+pub struct EtcdGrant {
     pub(crate) lease_id: i64,
     pub(crate) key: String,
     pub(crate) create_revision: i64,
