@@ -19,16 +19,24 @@ fn say(line: &str) {
 }
 
 /// Runs the candidate; returns only on an error.
-pub async fn main(args: &[String]) -> BenchResult<()> {
-    let [kind, url, key, ttl_ms] = args else {
-        return Err("usage: tenure-bench candidate KIND URL KEY TTL_MS".into());
-    };
-    let ttl = Duration::from_millis(ctx("TTL_MS", ttl_ms.parse())?);
-    match kind.as_str() {
-        "tenure" => tenure(url, key, ttl).await,
-        "etcd-election" => etcd_election(url, key, ttl).await,
-        "rslock" => rslock(url, key, ttl).await,
-        other => Err(format!("unknown candidate kind {other:?}")),
+/// Which client a candidate process runs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Kind {
+    /// tenure, on the URL's backend.
+    Tenure,
+    /// etcd's server-side election API (etcd-client's `ElectionClient`).
+    EtcdElection,
+    /// The rslock crate's Redlock.
+    Rslock,
+}
+
+/// A candidate process: campaigns for `key`, says when it leads.
+pub async fn main(kind: Kind, url: &str, key: &str, ttl_ms: u64) -> BenchResult<()> {
+    let ttl = Duration::from_millis(ttl_ms);
+    match kind {
+        Kind::Tenure => tenure(url, key, ttl).await,
+        Kind::EtcdElection => etcd_election(url, key, ttl).await,
+        Kind::Rslock => rslock(url, key, ttl).await,
     }
 }
 
@@ -47,7 +55,7 @@ async fn tenure(url: &str, key: &str, ttl: Duration) -> BenchResult<()> {
     let leadership = ctx("campaign", elector.campaign().await)?;
     say("leading");
     let reason = leadership.term().lost().await;
-    Err(format!("leadership lost: {reason}"))
+    Err(format!("leadership lost: {reason}").into())
 }
 
 /// `etcd://h:p,h:p` → `["h:p", "h:p"]`.

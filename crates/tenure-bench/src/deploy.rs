@@ -15,12 +15,7 @@ use tenure_conformance::taps::ZooKeeperMessages;
 use tenure_conformance::ProxyLink;
 
 /// The error type of the bench: a message that says what failed.
-pub type BenchResult<T> = Result<T, String>;
-
-/// Turns any error into the bench's, prefixed with what was being done.
-pub fn ctx<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> BenchResult<T> {
-    r.map_err(|e| format!("{what}: {e}"))
-}
+pub use crate::error::{ctx, BenchResult};
 
 /// ZooKeeper's session timeout is the TTL of every lease on the session.
 pub const ZK_TICK: Duration = Duration::from_millis(200);

@@ -11,6 +11,7 @@
 mod candidate;
 mod chart;
 mod deploy;
+mod error;
 mod figures;
 mod machine;
 mod peers;
@@ -21,20 +22,100 @@ mod run;
 mod scale;
 mod tenure_measures;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Args, Parser, Subcommand};
+
+/// tenure's backends and their peers, measured side by side on the same
+/// servers in one run; writes BENCHMARKS.md, a chart and JSON.
+#[derive(Debug, Parser)]
+#[command(name = "tenure-bench", args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// What the bench run measures, and where it writes.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Fewer samples and smaller herds: a check that everything runs, not
+    /// figures to publish.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these deployments' servers.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = ["memory", "etcd", "zk", "kube", "redis"]
+    )]
+    pub only: Vec<String>,
+    /// Where the report goes (default BENCHMARKS.md; a quick run's under
+    /// --out, so it never overwrites the published one).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Where the JSON results and the chart go.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A candidate process: campaigns on URL for KEY, says when it leads.
+    Candidate {
+        /// tenure, etcd-election or rslock.
+        kind: candidate::Kind,
+        url: String,
+        key: String,
+        ttl_ms: u64,
+    },
+    /// The scale measure's child: KEYS leaderships for SECS seconds.
+    ScaleChild {
+        url: String,
+        keys: usize,
+        secs: u64,
+        ttl_ms: u64,
+    },
+    /// The report again, from the JSON results of a run.
+    Render {
+        /// The results of a quick run (its report goes under target/bench).
+        #[arg(long)]
+        quick: bool,
+        /// The results (default target/bench/results.json).
+        results: Option<PathBuf>,
+        /// Where the report goes.
+        report: Option<PathBuf>,
+    },
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     let outcome = runtime.block_on(async {
-        match args.first().map(String::as_str) {
-            Some("candidate") => candidate::main(&args[1..]).await,
-            Some("scale-child") => scale::child(&args[1..]).await,
-            Some("render") => report::render(&args[1..]),
-            _ => run::main(&args).await,
+        match cli.command {
+            Some(Command::Candidate {
+                kind,
+                url,
+                key,
+                ttl_ms,
+            }) => candidate::main(kind, &url, &key, ttl_ms).await,
+            Some(Command::ScaleChild {
+                url,
+                keys,
+                secs,
+                ttl_ms,
+            }) => scale::child(&url, keys, secs, ttl_ms).await,
+            Some(Command::Render {
+                quick,
+                results,
+                report,
+            }) => report::render(quick, results, report),
+            None => run::main(cli.run).await,
         }
     });
     match outcome {
@@ -42,6 +123,75 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("tenure-bench: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn the_run_and_its_subcommands_parse_as_documented() {
+        let cli = Cli::try_parse_from(["tenure-bench", "--quick", "--only", "etcd,zk"]).unwrap();
+        assert!(cli.command.is_none() && cli.run.quick);
+        assert_eq!(cli.run.only, ["etcd", "zk"]);
+        assert_eq!(cli.run.out, std::path::Path::new("target/bench"));
+        let cli = Cli::try_parse_from([
+            "tenure-bench",
+            "candidate",
+            "etcd-election",
+            "etcd://h:2379",
+            "k",
+            "2000",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Candidate { ttl_ms: 2000, .. })
+        ));
+        let cli = Cli::try_parse_from([
+            "tenure-bench",
+            "scale-child",
+            "zk://h",
+            "1000",
+            "30",
+            "5000",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::ScaleChild {
+                keys: 1000,
+                secs: 30,
+                ..
+            })
+        ));
+        let cli = Cli::try_parse_from(["tenure-bench", "render", "--quick", "r.json"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Render { quick: true, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_naming_them() {
+        for (args, names) in [
+            (&["tenure-bench", "--only", "etcd,mongo"][..], "mongo"),
+            (&["tenure-bench", "--colour"][..], "--colour"),
+            (
+                &["tenure-bench", "candidate", "zookeeper", "u", "k", "1"][..],
+                "zookeeper",
+            ),
+            (
+                &["tenure-bench", "scale-child", "u", "many", "1", "1"][..],
+                "many",
+            ),
+        ] {
+            let error = Cli::try_parse_from(args).unwrap_err().to_string();
+            assert!(error.contains(names), "{args:?}: {error}");
         }
     }
 }

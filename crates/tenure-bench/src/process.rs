@@ -9,6 +9,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
 
 use crate::deploy::{ctx, BenchResult};
+use crate::error::BenchError;
 
 /// A candidate process and its output.
 struct Candidate {
@@ -38,21 +39,23 @@ impl Candidate {
                 match self.lines.next_line().await {
                     Ok(Some(line)) if line.starts_with(prefix) => return Ok(Instant::now()),
                     Ok(Some(_)) => continue,
-                    Ok(None) => return Err(format!("the candidate exited before {prefix:?}")),
-                    Err(e) => return Err(format!("reading the candidate: {e}")),
+                    Ok(None) => {
+                        return Err(format!("the candidate exited before {prefix:?}").into())
+                    }
+                    Err(e) => return Err(format!("reading the candidate: {e}").into()),
                 }
             }
         };
-        tokio::time::timeout(limit, wait)
-            .await
-            .map_err(|_| format!("no {prefix:?} from the candidate within {limit:?}"))?
+        tokio::time::timeout(limit, wait).await.map_err(|_| {
+            BenchError::from(format!("no {prefix:?} from the candidate within {limit:?}"))
+        })?
     }
 
     fn signal(&self, signal: i32) -> BenchResult<()> {
         let pid = self.child.id().ok_or("the candidate has exited")?;
         // SAFETY: kill(2) on a child we started and have not reaped.
         if unsafe { libc::kill(pid as i32, signal) } != 0 {
-            return Err(format!("kill: {}", std::io::Error::last_os_error()));
+            return Err(format!("kill: {}", std::io::Error::last_os_error()).into());
         }
         Ok(())
     }

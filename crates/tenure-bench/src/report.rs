@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::deploy::{ctx, BenchResult};
 use crate::figures::{Figure, Measure};
@@ -44,24 +44,19 @@ pub struct Results {
 
 /// `tenure-bench render [--quick] [RESULTS] [REPORT]`: writes the report and
 /// chart again from a run's JSON (after editing NOTES.md).
-pub fn render(args: &[String]) -> BenchResult<()> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let mut rest = args.iter().filter(|a| *a != "--quick");
-    let results = rest
-        .next()
-        .map_or("target/bench/results.json", |s| s.as_str());
-    let report = rest.next().map_or(
-        if quick {
+pub fn render(quick: bool, results: Option<PathBuf>, report: Option<PathBuf>) -> BenchResult<()> {
+    let results = results.unwrap_or_else(|| PathBuf::from("target/bench/results.json"));
+    let report = report.unwrap_or_else(|| {
+        PathBuf::from(if quick {
             "target/bench/BENCHMARKS-quick.md"
         } else {
             "BENCHMARKS.md"
-        },
-        |s| s.as_str(),
-    );
-    let text = ctx("reading the results", std::fs::read_to_string(results))?;
+        })
+    });
+    let text = ctx("reading the results", std::fs::read_to_string(&results))?;
     let r: Results = ctx("parsing the results", serde_json::from_str(&text))?;
-    let out = Path::new(results).parent().unwrap_or(Path::new("."));
-    write(&r.figures, &r.context, Path::new(report), out)
+    let out = results.parent().unwrap_or(Path::new("."));
+    write(&r.figures, &r.context, &report, out)
 }
 
 /// Writes the report to `report`, the chart beside it, and JSON and a

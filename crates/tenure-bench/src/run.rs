@@ -7,12 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::deploy::{BenchResult, Deployment, Server};
+use crate::error::BenchError;
 use crate::figures::{Figure, Measure};
 use crate::peers::{curator, etcd_election, etcdctl, rslock, unavailable};
 use crate::plan::{Plan, HERD_TTL, SCALE_TTL, TTL};
 use crate::process::{candidate_command, trial, Stop, OURS};
 use crate::tenure_measures::{fresh_key, handover, herd, latency};
-use crate::{report, scale};
+use crate::{report, scale, RunArgs};
 
 /// Options from the command line.
 struct Options {
@@ -21,41 +22,29 @@ struct Options {
     out: PathBuf,
 }
 
-fn parse(args: &[String]) -> BenchResult<Options> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let mut plan = Plan::new(quick);
-    let mut report = None;
-    let mut out = PathBuf::from("target/bench");
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => {}
-            "--only" => {
-                let list = it.next().ok_or("--only needs a list")?;
-                plan.only(&list.split(',').map(str::to_owned).collect::<Vec<_>>());
-            }
-            "--report" => report = Some(PathBuf::from(it.next().ok_or("--report needs a path")?)),
-            "--out" => out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
-            "-h" | "--help" => {
-                return Err("usage: tenure-bench [--quick] [--only memory,etcd,zk,kube,redis] [--report PATH] [--out DIR]".into())
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+fn options(args: RunArgs) -> Options {
+    let mut plan = Plan::new(args.quick);
+    if !args.only.is_empty() {
+        plan.only(&args.only);
     }
     // A quick run does not overwrite the committed full results.
-    let report = report.unwrap_or_else(|| {
-        if quick {
-            out.join("BENCHMARKS-quick.md")
+    let report = args.report.unwrap_or_else(|| {
+        if args.quick {
+            args.out.join("BENCHMARKS-quick.md")
         } else {
             PathBuf::from("BENCHMARKS.md")
         }
     });
-    Ok(Options { plan, report, out })
+    Options {
+        plan,
+        report,
+        out: args.out,
+    }
 }
 
 /// Runs the bench.
-pub async fn main(args: &[String]) -> BenchResult<()> {
-    let options = parse(args)?;
+pub async fn main(args: RunArgs) -> BenchResult<()> {
+    let options = options(args);
     // A shell starts background jobs with SIGINT ignored, and children
     // inherit that: the JVM would then ignore the SIGINT a hand-over sends.
     // SAFETY: restoring the default disposition of one signal.
@@ -93,7 +82,7 @@ pub async fn main(args: &[String]) -> BenchResult<()> {
     let context = report::Context {
         quick: options.plan.quick,
         command: std::iter::once("target/measure/tenure-bench".to_owned())
-            .chain(args.iter().cloned())
+            .chain(std::env::args().skip(1))
             .collect::<Vec<_>>()
             .join(" "),
         versions,
@@ -139,7 +128,7 @@ fn push_pair(figures: &mut Vec<Figure>, label: &str, system: &str, got: BenchRes
         }
         Err(e) => {
             for m in [Measure::Acquire, Measure::Renew] {
-                push(figures, (m, label, system), Err(e.clone()));
+                push(figures, (m, label, system), Err(e.to_string().into()));
             }
         }
     }
@@ -281,7 +270,7 @@ async fn bench_one(
 
     for &waiters in &plan.herds {
         let got = herd(d, herd_ttl(d), waiters).await;
-        let got = got.map_err(|e| format!("{waiters} waiters: {e}"));
+        let got = got.map_err(|e| BenchError::from(format!("{waiters} waiters: {e}")));
         push(figures, (Measure::Herd, label, "tenure"), got);
     }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::deploy::{ctx, BenchResult};
+use crate::error::BenchError;
 use crate::figures::{Figure, Measure};
 
 /// What the child reports.
@@ -47,13 +48,9 @@ fn peak_rss_kib() -> u64 {
 }
 
 /// The child: leads `KEYS` keys on one client for `SECS` seconds.
-pub async fn child(args: &[String]) -> BenchResult<()> {
-    let [url, keys, secs, ttl_ms] = args else {
-        return Err("usage: tenure-bench scale-child URL KEYS SECS TTL_MS".into());
-    };
-    let keys: usize = ctx("KEYS", keys.parse())?;
-    let window = Duration::from_secs(ctx("SECS", secs.parse())?);
-    let ttl = Duration::from_millis(ctx("TTL_MS", ttl_ms.parse())?);
+pub async fn child(url: &str, keys: usize, secs: u64, ttl_ms: u64) -> BenchResult<()> {
+    let window = Duration::from_secs(secs);
+    let ttl = Duration::from_millis(ttl_ms);
     let backend = ctx("connect", tenure::connect(url).await)?;
     let start = Instant::now();
     let mut electors = Vec::with_capacity(keys);
@@ -74,7 +71,7 @@ pub async fn child(args: &[String]) -> BenchResult<()> {
     let leaderships = leaderships
         .into_iter()
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("campaign: {e}"))?;
+        .map_err(|e| BenchError::from(format!("campaign: {e}")))?;
     let lead_secs = start.elapsed().as_secs_f64();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
@@ -121,16 +118,13 @@ pub async fn run(
     let limit = window + Duration::from_secs(180);
     let out = tokio::time::timeout(limit, child.wait_with_output())
         .await
-        .map_err(|_| format!("the scale child ran past {limit:?}"))?;
+        .map_err(|_| BenchError::from(format!("the scale child ran past {limit:?}")))?;
     let out = ctx("the scale child", out)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let Some(line) = stdout.lines().find(|l| l.starts_with('{')) else {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: String = err.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-        return Err(format!(
-            "the scale child reported nothing ({}): {tail}",
-            out.status
-        ));
+        return Err(format!("the scale child reported nothing ({}): {tail}", out.status).into());
     };
     let r: ScaleReport = ctx("the scale child's report", serde_json::from_str(line))?;
     let mut f = Figure::new(Measure::Scale, label, "tenure");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use crate::deploy::{ctx, BenchResult};
+use crate::error::BenchError;
 use crate::figures::{Figure, Measure};
 use crate::process::{trial, Markers, Stop, OURS};
 use crate::tenure_measures::fresh_key;
@@ -34,7 +35,8 @@ pub fn prepare(out: &Path) -> BenchResult<String> {
             return Err(format!(
                 "not available: {} missing (apt-get install libcurator-recipes-java)",
                 path.display()
-            ));
+            )
+            .into());
         }
         classpath.push(path.display().to_string());
     }
@@ -49,12 +51,13 @@ pub fn prepare(out: &Path) -> BenchResult<String> {
         .arg(&dir)
         .arg(&source)
         .output()
-        .map_err(|e| format!("not available: javac: {e} (a JDK is needed)"))?;
+        .map_err(|e| BenchError::from(format!("not available: javac: {e} (a JDK is needed)")))?;
     if !compiled.status.success() {
         return Err(format!(
             "javac failed: {}",
             String::from_utf8_lossy(&compiled.stderr)
-        ));
+        )
+        .into());
     }
     let dir = ctx("its directory", std::fs::canonicalize(&dir))?;
     classpath.push(dir.display().to_string());
@@ -94,7 +97,7 @@ pub async fn measure(
     };
     let classpath = match classpath {
         Ok(cp) => cp,
-        Err(e) => return Figure::missing(measure, label, NAME, e.clone()),
+        Err(e) => return Figure::missing(measure, label, NAME, e.to_string()),
     };
     let mut samples = Vec::new();
     let mut errors = Vec::new();
