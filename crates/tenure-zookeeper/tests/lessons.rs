@@ -866,12 +866,34 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
         let proxy = in_use();
         let (frozen, opened) = (followers[proxy], proxies[proxy].connections_opened());
         let until = term.valid_until();
+        let other = &proxies[1 - proxy];
+        let other_opened = other.connections_opened();
+        let pausing = Instant::now();
         cluster.pause(frozen).await.unwrap();
         let paused = Instant::now();
         tokio::time::sleep(TTL + Duration::from_millis(200)).await;
         let ended = term.ended();
         let moved = term.valid_until() > until;
         let retried = proxies[proxy].connections_opened() - opened;
+        // Where the time went, for a failure: what the lease had left, and
+        // when the session's requests reached the other follower.
+        let since = |at: Instant| format!("{:?}", at.saturating_duration_since(pausing));
+        let moved_to_other = other.requests_since(pausing);
+        let timeline = format!(
+            "the pause call took {:?}; the lease had {:?} left when it returned; the frozen \
+             server last answered at -{:?}; the other follower got {} connection(s) and {} \
+             request(s) after the pause began, the first at +{}",
+            paused - pausing,
+            until.saturating_duration_since(paused),
+            proxies[proxy]
+                .last_answer_at()
+                .map_or(Duration::ZERO, |at| pausing.saturating_duration_since(at)),
+            other.connections_opened() - other_opened,
+            moved_to_other.len(),
+            moved_to_other
+                .first()
+                .map_or("never".to_owned(), |at| since(*at)),
+        );
         cluster.unpause(frozen).await.unwrap();
         let after = paused - renewed;
         match ended {
@@ -886,7 +908,7 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
                 ended.is_none() && moved,
                 "node {frozen} froze {after:?} after a renewal's answer (renewals {interval:?} \
                  apart) and for {:?}, with the leader and the other follower serving, and the \
-                 client did not go back to it; the leader {}",
+                 client did not go back to it; the leader {}; {timeline}",
                 paused.elapsed(),
                 match ended {
                     Some(reason) => format!("lost its lease ({reason:?})"),
