@@ -18,15 +18,18 @@ pub use tenure_core::{
 
 /// For writing a backend, or calling one directly: the [`LeaseBackend`]
 /// trait's types, the heartbeat runtime tenure runs backend calls on, and
-/// [`HostedBackend`](backend::HostedBackend), which runs a backend's
-/// operations there. Applications need none of it: the
+/// [`HeartbeatBackend`](backend::HeartbeatBackend), which runs a backend's
+/// operations there, and the [`layers`](backend::layers) every backend is
+/// made of (input checks, a span per operation, the heartbeat hand-over),
+/// to wrap a backend in one of your own. Applications need none of it: the
 /// [`Elector`] drives the backend.
 pub mod backend {
     pub use tenure_core::backend_url;
     pub use tenure_core::hosted::{self, bounded, spawn_cleanup, CleanupOnDrop};
+    pub use tenure_core::layers::{self, Layer};
     pub use tenure_core::{
         default_drift_margin, heartbeat_runtime, on_heartbeat_runtime, AcquireMode, Acquisition,
-        Candidacy, Capabilities, HostedBackend, KeyRule, Lease, LeaseBackend, LeaseHandle,
+        Candidacy, Capabilities, HeartbeatBackend, KeyRule, Lease, LeaseBackend, LeaseHandle,
     };
 }
 

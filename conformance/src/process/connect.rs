@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tenure_core::{Error, LeaseBackend, MemoryBackend, Result};
 
-use super::remote::RemoteBackend;
+use super::remote::RemoteClient;
 
 /// Makes a backend client from a URL.
 pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
@@ -24,7 +24,7 @@ pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>
         match url.split(':').next() {
             Some("memory") => Ok(Arc::new(MemoryBackend::new()) as Arc<dyn LeaseBackend>),
             Some("memory+tcp") => {
-                Ok(Arc::new(RemoteBackend::connect_url(&url).await?) as Arc<dyn LeaseBackend>)
+                Ok(Arc::new(RemoteClient::connect_url(&url).await?) as Arc<dyn LeaseBackend>)
             }
             #[cfg(feature = "harness")]
             Some("etcd") => Ok(Arc::new(tenure_etcd::EtcdBackend::connect_url(&url).await?)

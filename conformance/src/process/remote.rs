@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
+use tenure_core::layers::{Checked, Traced};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, Capabilities, ElectionKey, Error,
     FencingToken, LeaderEvent, LeaderInfo, Lease, LeaseBackend, LeaseHandle, Result,
@@ -20,11 +21,15 @@ use super::wire::{Answer, Call};
 /// The backend name of a remote client.
 pub const NAME: &str = "memory+tcp";
 
-/// A client of a backend served by a [`front`](super::front): every
-/// operation is one TCP connection, and dropping its future closes the
-/// connection, which cancels the operation on the server's side.
+/// A client of a backend served by a [`front`](super::front), its input
+/// checked and its operations traced by tenure's [layers](tenure_core::layers).
+pub type RemoteBackend = Checked<Traced<RemoteClient>>;
+
+/// The calls alone: every operation is one TCP connection, and dropping
+/// its future closes the connection, which cancels the operation on the
+/// server's side.
 #[derive(Clone, Debug)]
-pub struct RemoteBackend {
+pub struct RemoteClient {
     addr: SocketAddr,
     client: u64,
     capabilities: Capabilities,
@@ -76,18 +81,18 @@ async fn answer(connection: &mut Connection) -> Result<Answer> {
     }
 }
 
-impl RemoteBackend {
+impl RemoteClient {
     /// Connects to the front at `addr` as a new client of its server.
     pub async fn connect(addr: SocketAddr) -> Result<RemoteBackend> {
         match answer(&mut open(addr, &Call::Hello).await?).await? {
             Answer::Hello {
                 client,
                 capabilities,
-            } => Ok(RemoteBackend {
+            } => Ok(Checked::new(Traced::new(RemoteClient {
                 addr,
                 client,
                 capabilities: capabilities.into(),
-            }),
+            }))),
             other => Err(unexpected(&other)),
         }
     }
@@ -117,7 +122,7 @@ fn grant_of(lease: &Lease) -> Result<u64> {
 }
 
 #[async_trait]
-impl LeaseBackend for RemoteBackend {
+impl LeaseBackend for RemoteClient {
     fn name(&self) -> &'static str {
         NAME
     }
@@ -127,7 +132,6 @@ impl LeaseBackend for RemoteBackend {
     }
 
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        self.capabilities.check(candidacy)?;
         let call = Call::Acquire {
             client: self.client,
             key: candidacy.key().as_str().to_owned(),
@@ -184,7 +188,6 @@ impl LeaseBackend for RemoteBackend {
     }
 
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        self.capabilities.check_key(key)?;
         let call = Call::Watch {
             client: self.client,
             key: key.as_str().to_owned(),

@@ -91,6 +91,21 @@ pub trait LeaseBackend: Send + Sync + Debug + 'static {
     /// What this backend promises.
     fn capabilities(&self) -> Capabilities;
 
+    /// Checks a candidacy before anything is sent (contract point 1); by
+    /// default against [`capabilities`](Self::capabilities). A backend with
+    /// rules of its own (a reserved path) adds them here; the
+    /// [`Checked`](crate::layers::Checked) layer calls it before `acquire`.
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        self.capabilities().check(candidacy)
+    }
+
+    /// Checks a key before a watch is set up; by default against
+    /// [`capabilities`](Self::capabilities). The
+    /// [`Checked`](crate::layers::Checked) layer calls it before `watch`.
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        self.capabilities().check_key(key)
+    }
+
     /// Takes the lease for a candidacy; see the contract, points 1 to 6.
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition>;
 

@@ -1,12 +1,12 @@
 //! Backends whose operations run on the heartbeat runtime.
 //!
-//! A networked backend writes its operations as plain async functions
-//! ([`HostedBackend`]) and gets [`LeaseBackend`] for free: each operation
-//! is checked, runs on the [heartbeat runtime](crate::heartbeat_runtime)
-//! next to the connection it uses, inside one span, and its result is handed
-//! over to the caller in one place that never loses a grant: if the caller
-//! has gone (its future was dropped) by the time a lease is granted, the
-//! lease is released on the spot.
+//! A networked backend writes its protocol as plain async functions
+//! ([`HeartbeatBackend`]) and gets [`LeaseBackend`] for free, made of the
+//! [layers](crate::layers): each operation is checked ([`Checked`]), traced
+//! ([`Traced`]), run on the [heartbeat runtime](crate::heartbeat_runtime)
+//! next to the connection it uses, and its result handed over to the caller
+//! in one place that never loses a grant ([`OnHeartbeat`]). The lease state
+//! the backend keeps in each [`LeaseHandle`] is found once, here.
 
 use std::any::Any;
 use std::fmt::Debug;
@@ -21,34 +21,43 @@ use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 pub use crate::backoff::Backoff;
+pub use crate::layers::on_heartbeat_runtime;
+use crate::layers::{Checked, OnHeartbeat, Traced};
 use crate::{
     heartbeat_runtime, AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error,
     LeaderEvent, Lease, LeaseBackend, LeaseHandle, Result,
 };
 
-/// A backend written as plain async operations, run by tenure on the
-/// heartbeat runtime. Implement this instead of [`LeaseBackend`] (which every
-/// `HostedBackend` implements) when the backend owns network connections.
+/// A backend's protocol, written as plain async operations and run by
+/// tenure on the heartbeat runtime. Implement this instead of
+/// [`LeaseBackend`] (which every `HeartbeatBackend` implements) when the
+/// backend owns network connections.
 ///
-/// What the blanket [`LeaseBackend`] implementation does around each
-/// operation, so that the backend does not have to:
+/// What the [`LeaseBackend`] implementation adds around each operation, so
+/// that the backend does not have to (the [layers](crate::layers)
+/// [`Checked`], [`Traced`] and [`OnHeartbeat`], in that order):
 ///
 /// - checks the candidacy ([`check`](Self::check)) or key
 ///   ([`check_key`](Self::check_key)) before anything is sent;
-/// - runs the operation on the heartbeat runtime, so a starved application
-///   runtime cannot stall it, in a span `tenure` with `op`, `backend`, `key`
-///   and `identity` fields;
-/// - hands the result over to the caller: if the caller dropped its future
-///   before the operation finished, the operation is dropped on the heartbeat
-///   runtime (its drop guards withdraw what it started); if the caller went
-///   away after a lease was granted but before it took the grant, the lease is
-///   released with [`release`](Self::release).
+/// - runs the operation in a span `tenure` with `op`, `backend`, `key` and
+///   `identity` fields;
+/// - runs it on the heartbeat runtime, so a starved application runtime
+///   cannot stall it, and hands the result over to the caller: if the caller
+///   dropped its future before the operation finished, the operation is
+///   dropped on the heartbeat runtime (its drop guards withdraw what it
+///   started); if the caller went away after a lease was granted but before
+///   it took the grant, the lease is released with [`release`](Self::release);
+/// - finds the lease's [`LeaseState`](Self::LeaseState) in its handle, and
+///   refuses a lease another backend granted, before `renew` and `release`.
 ///
 /// Drop guards that must still talk to the server (withdrawing a queued
-/// candidacy) should use [`spawn_cleanup`], so that
+/// candidacy) should use [`CleanupOnDrop`] or [`spawn_cleanup`], so that
 /// [`LeaseBackend::close`] and `Elector::shutdown` wait for them.
+///
+/// The trait's methods share names with [`LeaseBackend`]'s; where both
+/// traits are in scope, call them as `HeartbeatBackend::capabilities(&b)`.
 #[async_trait]
-pub trait HostedBackend: Clone + Send + Sync + Debug + 'static {
+pub trait HeartbeatBackend: Clone + Send + Sync + Debug + 'static {
     /// A short name for logs and errors (`etcd`, `zookeeper`, ...).
     const NAME: &'static str;
 
@@ -59,18 +68,18 @@ pub trait HostedBackend: Clone + Send + Sync + Debug + 'static {
     type LeaseState: Any + Send + Sync;
 
     /// What this backend promises; see [`LeaseBackend::capabilities`].
-    fn promises(&self) -> Capabilities;
+    fn capabilities(&self) -> Capabilities;
 
     /// Checks a candidacy before anything is sent; by default against
-    /// [`promises`](Self::promises).
+    /// [`capabilities`](Self::capabilities).
     fn check(&self, candidacy: &Candidacy) -> Result<()> {
-        self.promises().check(candidacy)
+        HeartbeatBackend::capabilities(self).check(candidacy)
     }
 
     /// Checks a key before a watch is set up; by default against
-    /// [`promises`](Self::promises).
+    /// [`capabilities`](Self::capabilities).
     fn check_key(&self, key: &ElectionKey) -> Result<()> {
-        self.promises().check_key(key)
+        HeartbeatBackend::capabilities(self).check_key(key)
     }
 
     /// [`LeaseBackend::acquire`], on the heartbeat runtime, input checked.
@@ -94,138 +103,105 @@ pub trait HostedBackend: Clone + Send + Sync + Debug + 'static {
     }
 }
 
+/// A [`HeartbeatBackend`] with its layers, as one value per call.
+type Layered<T> = Checked<Traced<OnHeartbeat<Protocol<T>>>>;
+
+fn layered<T: HeartbeatBackend>(backend: &T) -> Layered<T> {
+    Checked::new(Traced::new(OnHeartbeat::new(Protocol(backend.clone()))))
+}
+
 #[async_trait]
-impl<T: HostedBackend> LeaseBackend for T {
+impl<T: HeartbeatBackend> LeaseBackend for T {
     fn name(&self) -> &'static str {
         T::NAME
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.promises()
+        HeartbeatBackend::capabilities(self)
+    }
+
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        HeartbeatBackend::check(self, candidacy)
+    }
+
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        HeartbeatBackend::check_key(self, key)
     }
 
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        HostedBackend::check(self, candidacy)?;
-        let span = op_span(
-            "acquire",
-            T::NAME,
-            candidacy.key(),
-            candidacy.identity().as_str(),
-        );
-        let (this, candidacy) = (self.clone(), candidacy.clone());
-        let releaser = self.clone();
-        hand_over(
-            T::NAME,
-            async move { HostedBackend::acquire(&this, candidacy, mode).await }.instrument(span),
-            move |undelivered: Result<Acquisition>| {
-                Box::pin(async move {
-                    if let Ok(Acquisition::Granted(lease)) = undelivered {
-                        release_undelivered(&releaser, lease).await;
-                    }
-                }) as BoxFuture<'static, ()>
-            },
-        )
-        .await
+        layered(self).acquire(candidacy, mode).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let span = op_span("renew", T::NAME, lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        on_heartbeat_runtime(
-            T::NAME,
-            async move {
-                let handle = lease.handle().clone();
-                HostedBackend::renew(&this, lease, state_of::<T>(&handle)?).await
-            }
-            .instrument(span),
-        )
-        .await
+        layered(self).renew(lease).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let span = op_span("release", T::NAME, lease.key(), lease.holder().as_str());
-        let (this, lease) = (self.clone(), lease.clone());
-        on_heartbeat_runtime(
-            T::NAME,
-            async move {
-                let handle = lease.handle().clone();
-                HostedBackend::release(&this, lease, state_of::<T>(&handle)?).await
-            }
-            .instrument(span),
-        )
-        .await
+        layered(self).release(lease).await
     }
 
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        HostedBackend::check_key(self, key)?;
-        let span = op_span("watch", T::NAME, key, "");
-        let (this, key) = (self.clone(), key.clone());
-        on_heartbeat_runtime(
-            T::NAME,
-            async move { HostedBackend::watch(&this, key).await }.instrument(span),
-        )
-        .await
+        layered(self).watch(key).await
     }
 
     async fn close(&self) -> Result<()> {
-        cleanups_finished().await;
-        let this = self.clone();
-        on_heartbeat_runtime(T::NAME, async move { HostedBackend::close(&this).await }).await
+        layered(self).close().await
+    }
+}
+
+/// The protocol alone, as a [`LeaseBackend`]: the lease's state found in
+/// its handle, nothing else.
+#[derive(Clone, Debug)]
+struct Protocol<T>(T);
+
+#[async_trait]
+impl<T: HeartbeatBackend> LeaseBackend for Protocol<T> {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        HeartbeatBackend::capabilities(&self.0)
+    }
+
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        HeartbeatBackend::check(&self.0, candidacy)
+    }
+
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        HeartbeatBackend::check_key(&self.0, key)
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        HeartbeatBackend::acquire(&self.0, candidacy.clone(), mode).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        HeartbeatBackend::renew(&self.0, lease.clone(), state_of::<T>(lease.handle())?).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        HeartbeatBackend::release(&self.0, lease.clone(), state_of::<T>(lease.handle())?).await
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        HeartbeatBackend::watch(&self.0, key.clone()).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        HeartbeatBackend::close(&self.0).await
     }
 }
 
 /// The state of a lease `T` granted, or an error naming the lease as not
 /// one of `T`'s.
-fn state_of<T: HostedBackend>(handle: &LeaseHandle) -> Result<&T::LeaseState> {
+fn state_of<T: HeartbeatBackend>(handle: &LeaseHandle) -> Result<&T::LeaseState> {
     handle.get::<T::LeaseState>().ok_or_else(|| {
         Error::invalid(
             "lease",
             format!("was not granted by the {} backend", T::NAME),
         )
     })
-}
-
-/// Releases a lease whose grant nobody took, logging what happened.
-///
-/// Transient failures are retried with back-off for one TTL, by when the
-/// backend has expired the lease by itself (as the Elector's own release
-/// does): one lost request must not leave a standby waiting out the TTL.
-async fn release_undelivered<T: HostedBackend>(backend: &T, lease: Lease) {
-    let span = op_span("release", T::NAME, lease.key(), lease.holder().as_str());
-    async {
-        let give_up = tokio::time::Instant::now() + lease.ttl();
-        let mut backoff = Backoff::new(Duration::from_millis(10), lease.ttl() / 4);
-        let mut attempts = 1u32;
-        loop {
-            let handle = lease.handle().clone();
-            let released = match state_of::<T>(&handle) {
-                Ok(state) => HostedBackend::release(backend, lease.clone(), state).await,
-                Err(error) => Err(error),
-            };
-            match released {
-                Ok(()) => {
-                    tracing::debug!(attempts, "released a grant whose campaign was dropped");
-                    return;
-                }
-                Err(error) if error.is_retryable() => {
-                    let delay = backoff.next_delay();
-                    if tokio::time::Instant::now() + delay >= give_up {
-                        tracing::warn!(%error, attempts, "could not release a grant whose campaign was dropped; it will expire");
-                        return;
-                    }
-                    tracing::debug!(%error, attempts, retry_in = ?delay, "releasing a grant whose campaign was dropped failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    attempts += 1;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "could not release a grant whose campaign was dropped; it will expire");
-                    return;
-                }
-            }
-        }
-    }
-    .instrument(span)
-    .await
 }
 
 /// Runs one request with a deadline of its own: the request's own answer
@@ -242,115 +218,6 @@ pub async fn bounded<F: Future>(
         .map_err(|_| Error::Timeout { operation, after })
 }
 
-/// The span of one backend operation.
-pub(crate) fn op_span(
-    op: &'static str,
-    backend: &'static str,
-    key: &ElectionKey,
-    identity: &str,
-) -> tracing::Span {
-    tracing::debug_span!("tenure", op, backend, key = key.as_str(), identity)
-}
-
-/// Runs `work` on the heartbeat runtime and waits for its result.
-///
-/// Dropping the returned future drops `work` on the heartbeat runtime (running
-/// its drop guards); a panic in `work` is resumed here. For a result that must
-/// not be lost if the caller goes away, [`HostedBackend`] hands it over with a
-/// release instead.
-pub async fn on_heartbeat_runtime<T, F>(backend: &'static str, work: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T>> + Send + 'static,
-{
-    hand_over(backend, work, |_| Box::pin(async {})).await
-}
-
-/// Runs `work` on the heartbeat runtime and hands its result to the caller;
-/// a result the caller can no longer take goes to `undelivered`, as a cleanup.
-async fn hand_over<T, F, U>(backend: &'static str, work: F, undelivered: U) -> Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T>> + Send + 'static,
-    U: FnOnce(Result<T>) -> BoxFuture<'static, ()> + Send + 'static,
-{
-    let (result_tx, result_rx) = oneshot::channel::<Parcel<Result<T>>>();
-    let (cancel_tx, cancel_rx) = oneshot::channel::<CleanupGuard>();
-    let task = heartbeat_runtime().spawn(async move {
-        tokio::select! {
-            biased;
-            result = work => {
-                // If the caller is gone, or goes before it opens the parcel,
-                // the parcel's drop hands the result to `undelivered`.
-                let parcel = Parcel { value: Some(result), undelivered: Some(Box::new(undelivered)) };
-                let _ = result_tx.send(parcel);
-            }
-            cancelled = cancel_rx => {
-                // The caller dropped its future first: `work` is dropped here
-                // (its guards start their cleanups) before the guard that
-                // kept `cleanups_finished` waiting goes.
-                drop(cancelled);
-            }
-        }
-    });
-    let canceller = Canceller(Some(cancel_tx));
-    let outcome = result_rx.await;
-    drop(canceller.disarm());
-    match outcome {
-        Ok(parcel) => parcel.open(),
-        Err(_) => match task.await {
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(Error::backend(backend, e)),
-            Ok(()) => Err(Error::backend(
-                backend,
-                "the operation ended without a result",
-            )),
-        },
-    }
-}
-
-/// Cancels the operation when the caller's future is dropped before its result came.
-struct Canceller(Option<oneshot::Sender<CleanupGuard>>);
-
-impl Canceller {
-    fn disarm(mut self) -> Option<oneshot::Sender<CleanupGuard>> {
-        self.0.take()
-    }
-}
-
-impl Drop for Canceller {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            // Counted from now until the operation is dropped on its runtime.
-            let _ = tx.send(CleanupGuard::new());
-        }
-    }
-}
-
-type Undelivered<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
-
-/// A result on its way to the caller; dropped unopened, it goes to its
-/// `undelivered` cleanup instead of being lost.
-struct Parcel<T: Send + 'static> {
-    value: Option<T>,
-    undelivered: Option<Undelivered<T>>,
-}
-
-impl<T: Send + 'static> Parcel<T> {
-    fn open(mut self) -> T {
-        self.undelivered = None;
-        self.value.take().expect("a parcel is opened once")
-    }
-}
-
-impl<T: Send + 'static> Drop for Parcel<T> {
-    fn drop(&mut self) {
-        if let (Some(value), Some(undelivered)) = (self.value.take(), self.undelivered.take()) {
-            spawn_cleanup(undelivered(value));
-        }
-    }
-}
-
 /// How many cleanups are under way in this process.
 fn cleanups() -> &'static watch::Sender<usize> {
     static COUNT: OnceLock<watch::Sender<usize>> = OnceLock::new();
@@ -358,10 +225,10 @@ fn cleanups() -> &'static watch::Sender<usize> {
 }
 
 /// Keeps [`cleanups_finished`] waiting while it lives.
-struct CleanupGuard(());
+pub(crate) struct CleanupGuard(());
 
 impl CleanupGuard {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         cleanups().send_modify(|n| *n += 1);
         CleanupGuard(())
     }
@@ -478,7 +345,7 @@ impl<T: Send + 'static> Debug for CleanupOnDrop<T> {
 }
 
 /// Resolves when no cleanup started with [`spawn_cleanup`] (or by a dropped
-/// [`HostedBackend`] operation) is under way in this process.
+/// [`OnHeartbeat`] operation) is under way in this process.
 pub async fn cleanups_finished() {
     let mut rx = cleanups().subscribe();
     let _ = rx.wait_for(|n| *n == 0).await;

@@ -10,6 +10,7 @@ mod elector;
 mod error;
 mod fence;
 pub mod hosted;
+pub mod layers;
 mod leader;
 mod lease;
 mod loss;
@@ -28,7 +29,8 @@ pub use elector::{
 };
 pub use error::{BoxError, Error, Result};
 pub use fence::Fence;
-pub use hosted::{on_heartbeat_runtime, HostedBackend};
+pub use hosted::HeartbeatBackend;
+pub use layers::on_heartbeat_runtime;
 pub use leader::{LeaderEvent, LeaderInfo};
 pub use lease::{default_drift_margin, Candidacy, Lease, LeaseHandle, LossSignal, Warning};
 pub use loss::LossReason;

@@ -31,7 +31,7 @@ use tenure_core::hosted::CleanupOnDrop;
 use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
-    HostedBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
+    HeartbeatBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
 };
 
 use crate::error::{unary, Route, BACKEND};
@@ -542,11 +542,11 @@ async fn keep_waiting(
 }
 
 #[async_trait]
-impl HostedBackend for EtcdBackend {
+impl HeartbeatBackend for EtcdBackend {
     const NAME: &'static str = BACKEND;
     type LeaseState = EtcdGrant;
 
-    fn promises(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, true);
         caps.min_ttl = Duration::from_secs(1);
         caps.ttl_granularity = Duration::from_secs(1);

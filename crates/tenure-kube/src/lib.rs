@@ -26,7 +26,7 @@ use tenure_core::hosted::bounded;
 use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
-    HostedBackend, KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseHandle, LossReason, LossSignal,
+    HeartbeatBackend, KeyRule, LeaderEvent, LeaderInfo, Lease, LeaseHandle, LossReason, LossSignal,
     Result,
 };
 use tokio::sync::Mutex;
@@ -533,11 +533,11 @@ fn answered(
 }
 
 #[async_trait]
-impl HostedBackend for KubeBackend {
+impl HeartbeatBackend for KubeBackend {
     const NAME: &'static str = BACKEND;
     type LeaseState = KubeGrant;
 
-    fn promises(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(true, false);
         // A lease must outlive a whole second: client-go sees renewals to
         // the second only (renew_time.rs).

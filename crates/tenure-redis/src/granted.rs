@@ -1,4 +1,4 @@
-//! What a lease this backend granted carries ([`HostedBackend::LeaseState`](tenure_core::HostedBackend::LeaseState)).
+//! What a lease this backend granted carries ([`HeartbeatBackend::LeaseState`](tenure_core::HeartbeatBackend::LeaseState)).
 
 use std::sync::Arc;
 

@@ -22,7 +22,7 @@ use futures::stream::BoxStream;
 
 pub use redis;
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HostedBackend,
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HeartbeatBackend,
     LeaderEvent, Lease, Result,
 };
 
@@ -87,11 +87,11 @@ fn unavailable(why: String) -> Error {
 }
 
 #[async_trait]
-impl HostedBackend for RedisBackend {
+impl HeartbeatBackend for RedisBackend {
     const NAME: &'static str = BACKEND;
     type LeaseState = RedisGrant;
 
-    fn promises(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(false, false);
         caps.tokens_survive_state_loss = false;
         // Below this the per-master timeout and the drift allowance leave

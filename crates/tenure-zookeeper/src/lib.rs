@@ -21,8 +21,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HostedBackend, KeyRule,
-    LeaderEvent, Lease, LossReason, Result,
+    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, HeartbeatBackend,
+    KeyRule, LeaderEvent, Lease, LossReason, Result,
 };
 use tokio::time::Instant;
 pub use zookeeper_client;
@@ -303,11 +303,11 @@ fn normalize_base(base: &str) -> Result<String> {
 }
 
 #[async_trait]
-impl HostedBackend for ZooKeeperBackend {
+impl HeartbeatBackend for ZooKeeperBackend {
     const NAME: &'static str = BACKEND;
     type LeaseState = ZkGrant;
 
-    fn promises(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         let timeout = self.sessions.session_timeout();
         let mut caps = Capabilities::new(true, true);
         // The session is the lease: one TTL, the session timeout.
@@ -327,7 +327,7 @@ impl HostedBackend for ZooKeeperBackend {
     /// no segment named like a candidate node (`latch-<sequence>`), which
     /// the election above it would count as a candidate.
     fn check_key(&self, key: &ElectionKey) -> Result<()> {
-        self.promises().check_key(key)?;
+        HeartbeatBackend::capabilities(self).check_key(key)?;
         let path = self.election_path(key);
         if path == "/zookeeper" || path.starts_with("/zookeeper/") {
             return Err(Error::invalid(
@@ -348,9 +348,9 @@ impl HostedBackend for ZooKeeperBackend {
     }
 
     fn check(&self, candidacy: &Candidacy) -> Result<()> {
-        HostedBackend::check_key(self, candidacy.key())?;
+        HeartbeatBackend::check_key(self, candidacy.key())?;
         let timeout = self.sessions.session_timeout();
-        self.promises()
+        HeartbeatBackend::capabilities(self)
             .check_ttl(candidacy.ttl())
             .map_err(|e| match e {
                 Error::InvalidArgument {

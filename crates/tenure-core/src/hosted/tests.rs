@@ -37,11 +37,11 @@ impl Drop for CountDrop {
 }
 
 #[async_trait]
-impl HostedBackend for Fake {
+impl HeartbeatBackend for Fake {
     const NAME: &'static str = "fake";
     type LeaseState = u64;
 
-    fn promises(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         Capabilities::new(true, true)
     }
 

@@ -9,12 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 pub use faults::Faults;
 pub use server::MemoryStats;
 use server::{Grant, Server};
 
+use crate::layers::{Checked, Traced};
 use crate::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, LeaderEvent, LeaderInfo,
     Lease, LeaseBackend, LeaseHandle, Result,
@@ -185,14 +185,6 @@ impl MemoryBackend {
     }
 }
 
-fn span(
-    op: &'static str,
-    key: &ElectionKey,
-    identity: Option<&crate::CandidateId>,
-) -> tracing::Span {
-    crate::hosted::op_span(op, "memory", key, identity.map_or("", |i| i.as_str()))
-}
-
 /// Releases a grant whose answer is still on its way back, if the caller
 /// goes away meanwhile: nobody would ever renew or release it.
 struct ReleaseUndelivered<'a> {
@@ -213,10 +205,16 @@ impl Drop for ReleaseUndelivered<'_> {
     }
 }
 
+/// This client's operations, checked and traced by the same
+/// [layers](crate::layers) as every networked backend's.
+fn layered(client: &MemoryBackend) -> Checked<Traced<Bare>> {
+    Checked::new(Traced::new(Bare(client.clone())))
+}
+
 #[async_trait]
 impl LeaseBackend for MemoryBackend {
     fn name(&self) -> &'static str {
-        "memory"
+        NAME
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -224,99 +222,115 @@ impl LeaseBackend for MemoryBackend {
     }
 
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
-        self.server.capabilities().check(candidacy)?;
-        let span = span("acquire", candidacy.key(), Some(candidacy.identity()));
-        async move {
-            let sent_at = Instant::now();
-            let connection = self.faults.request().await?;
-            let outcome = match mode {
-                AcquireMode::Once => match self.server.try_acquire(candidacy, self.session) {
-                    Ok(grant) => Ok(lease_from(candidacy, grant, sent_at)),
-                    Err(holder) => Err(holder),
-                },
-                AcquireMode::Wait => {
-                    // Granted on the server at `granted_at`; the waiter's lease
-                    // counts from then (one process, one clock).
-                    // A reset connection ends the wait (and withdraws it).
-                    let grant = self
-                        .faults
-                        .on(
-                            connection,
-                            self.server.acquire_waiting(candidacy, self.session),
-                        )
-                        .await?;
-                    let at = grant.granted_at;
-                    Ok(lease_from(candidacy, grant, at))
-                }
-            };
-            let mut undelivered = ReleaseUndelivered {
-                server: &self.server,
-                key: candidacy.key(),
-                grant: outcome.as_ref().ok().and_then(grant_of_ok),
-                keep: self.faults.keeps_undelivered_grants(),
-            };
-            if mode == AcquireMode::Wait {
-                self.faults.hear_grant(candidacy.ttl() / 8).await;
-            }
-            // An answer lost on the way fails the call, and `undelivered`
-            // releases the grant the caller never saw.
-            self.faults.response(connection).await?;
-            undelivered.grant = None;
-            Ok(match outcome {
-                Ok(lease) => Acquisition::Granted(lease),
-                Err(holder) => Acquisition::Held(holder),
-            })
-        }
-        .instrument(span)
-        .await
+        layered(self).acquire(candidacy, mode).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let span = span("renew", lease.key(), Some(lease.holder()));
-        async move {
-            let sent_at = Instant::now();
-            let answered = async {
-                let connection = self.faults.request().await?;
-                let grant = grant_of(lease)?;
-                let renewed = self.server.renew(lease.key(), grant, lease.ttl());
-                self.faults.response(connection).await?;
-                renewed
-            };
-            match answered.await {
-                Err(e) if e.is_retryable() && self.faults.transient_is_lost() => Err(
-                    Error::lease_lost(lease.key().as_str(), crate::LossReason::Revoked),
-                ),
-                answered => {
-                    answered?;
-                    Ok(lease.renewed(sent_at, lease.handle().clone()))
-                }
-            }
-        }
-        .instrument(span)
-        .await
+        layered(self).renew(lease).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let span = span("release", lease.key(), Some(lease.holder()));
-        async move {
-            let connection = self.faults.request().await?;
-            self.server.release(lease.key(), grant_of(lease)?);
-            self.faults.response(connection).await
-        }
-        .instrument(span)
-        .await
+        layered(self).release(lease).await
     }
 
     async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        self.server.capabilities().check_key(key)?;
-        async move {
-            let connection = self.faults.request().await?;
-            Ok(self
-                .server
-                .watch(key.clone(), self.faults.clone(), connection))
+        layered(self).watch(key).await
+    }
+}
+
+const NAME: &str = "memory";
+
+/// One client's protocol with the server, unchecked and untraced.
+#[derive(Debug)]
+struct Bare(MemoryBackend);
+
+#[async_trait]
+impl LeaseBackend for Bare {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.server.capabilities().clone()
+    }
+
+    async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
+        let this = &self.0;
+        let sent_at = Instant::now();
+        let connection = this.faults.request().await?;
+        let outcome = match mode {
+            AcquireMode::Once => match this.server.try_acquire(candidacy, this.session) {
+                Ok(grant) => Ok(lease_from(candidacy, grant, sent_at)),
+                Err(holder) => Err(holder),
+            },
+            AcquireMode::Wait => {
+                // Granted on the server at `granted_at`; the waiter's lease
+                // counts from then (one process, one clock).
+                // A reset connection ends the wait (and withdraws it).
+                let grant = this
+                    .faults
+                    .on(
+                        connection,
+                        this.server.acquire_waiting(candidacy, this.session),
+                    )
+                    .await?;
+                let at = grant.granted_at;
+                Ok(lease_from(candidacy, grant, at))
+            }
+        };
+        let mut undelivered = ReleaseUndelivered {
+            server: &this.server,
+            key: candidacy.key(),
+            grant: outcome.as_ref().ok().and_then(grant_of_ok),
+            keep: this.faults.keeps_undelivered_grants(),
+        };
+        if mode == AcquireMode::Wait {
+            this.faults.hear_grant(candidacy.ttl() / 8).await;
         }
-        .instrument(span("watch", key, None))
-        .await
+        // An answer lost on the way fails the call, and `undelivered`
+        // releases the grant the caller never saw.
+        this.faults.response(connection).await?;
+        undelivered.grant = None;
+        Ok(match outcome {
+            Ok(lease) => Acquisition::Granted(lease),
+            Err(holder) => Acquisition::Held(holder),
+        })
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let this = &self.0;
+        let sent_at = Instant::now();
+        let answered = async {
+            let connection = this.faults.request().await?;
+            let grant = grant_of(lease)?;
+            let renewed = this.server.renew(lease.key(), grant, lease.ttl());
+            this.faults.response(connection).await?;
+            renewed
+        };
+        match answered.await {
+            Err(e) if e.is_retryable() && this.faults.transient_is_lost() => Err(
+                Error::lease_lost(lease.key().as_str(), crate::LossReason::Revoked),
+            ),
+            answered => {
+                answered?;
+                Ok(lease.renewed(sent_at, lease.handle().clone()))
+            }
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let this = &self.0;
+        let connection = this.faults.request().await?;
+        this.server.release(lease.key(), grant_of(lease)?);
+        this.faults.response(connection).await
+    }
+
+    async fn watch(&self, key: &ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+        let this = &self.0;
+        let connection = this.faults.request().await?;
+        Ok(this
+            .server
+            .watch(key.clone(), this.faults.clone(), connection))
     }
 }
 
