@@ -238,13 +238,39 @@ impl Holder {
     }
 
     /// Steps down (believing no more from now on), then releases.
+    ///
+    /// A retryable error is retried for up to a TTL, as the Elector's own
+    /// release is (a request may time out on a loaded server, and the
+    /// contract makes such an error retryable, not final), and noted; any
+    /// other error, or one that lasts a TTL, ends the case. The term has
+    /// ended before the first attempt, so the retries change nothing the
+    /// safety checks see.
     pub async fn release(self) -> Step {
-        self.cx.safety().end(self.term, Instant::now());
-        self.client
-            .backend
-            .release(&self.lease)
-            .await
-            .ctx(format_args!("{} releases", self.identity()))
+        let ended = Instant::now();
+        self.cx.safety().end(self.term, ended);
+        let mut retry =
+            tenure_core::hosted::Backoff::new(self.cx.timing().round_trip / 10, self.cx.ttl() / 4);
+        loop {
+            match self.client.backend.release(&self.lease).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_retryable() => {
+                    let delay = retry.next_delay();
+                    if ended.elapsed() + delay >= self.cx.ttl() {
+                        return Err(e).ctx(format_args!(
+                            "{} releases (retried for a TTL)",
+                            self.identity()
+                        ));
+                    }
+                    self.cx.note(format!(
+                        "{}'s release failed after {:.0} ms, retried: {e}",
+                        self.identity(),
+                        ended.elapsed().as_secs_f64() * 1000.0
+                    ));
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => return Err(e).ctx(format_args!("{} releases", self.identity())),
+            }
+        }
     }
 
     /// Writes to the fenced store with this lease's token.
