@@ -8,6 +8,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// DESIGN. The facade: tenure-core re-exported for applications, each
+// backend crate behind its feature, `backend` for backend authors, and
+// `connect(url)` (connect.rs), which picks the backend from the URL scheme.
+
 // What applications use. Backend authors' plumbing is in [`backend`].
 pub use tenure_core::{
     default_identity, memory, BoxError, CandidateId, Capabilities, ElectionKey, Elector,

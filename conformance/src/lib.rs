@@ -4,6 +4,26 @@
 #![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// DESIGN. The suite judges any LeaseBackend; the harness (feature
+// `harness`) gives it real servers to judge.
+//
+// The suite, light and publishable:
+//   factory.rs      BackendFactory: what a backend author implements
+//   suite/          the cases, one per MUST, each with its mutant
+//   macros.rs       the case table, in one place
+//   planted.rs      bugs planted over any backend's clients
+//   memory.rs       the factory for MemoryBackend, dressed as a cluster
+//   process/        candidates as OS processes (SIGSTOP, SIGKILL): the line
+//                   protocol, the candidate side, RemoteBackend
+//   report/         what a run found, as a table, JSON and markdown
+//   trials.rs       the suite as a test binary (libtest-mimic)
+// The harness:
+//   harness/        etcd, ZooKeeper and Redis in containers, and their faults
+//   proxy.rs, link.rs, taps.rs   TCP fault proxies per client, the Link over
+//                   them, and taps that count a protocol's messages
+//   servers.rs      ServerFaults over a harness cluster
+//   lease_server/   the Lease API test server (Kubernetes), over etcd
+
 #[cfg(feature = "harness")]
 #[cfg_attr(docsrs, doc(cfg(feature = "harness")))]
 pub mod harness;

@@ -8,6 +8,20 @@
 //! tenure-bench render [--quick] [RESULTS] [REPORT] (the report again, from JSON)
 //! ```
 
+// DESIGN. Measures tenure and its peers on the same servers in one run.
+//
+//   main.rs            the command line (clap)
+//   plan.rs            how much to measure: full or --quick
+//   deploy.rs          the servers per backend, their clients and counters
+//   run.rs             every deployment: tenure and its peers, then the report
+//   tenure_measures.rs tenure's in-process measures
+//   process.rs, candidate.rs   candidates in processes (crash failover)
+//   scale.rs           many keys in one process (scale-child)
+//   peers/             what people would otherwise pick (etcd's election API,
+//                      etcdctl elect, Curator, rslock) and the ones not run
+//   figures.rs, report.rs, chart.rs   what was measured, BENCHMARKS.md, SVG
+//   machine.rs, error.rs
+
 mod candidate;
 mod chart;
 mod deploy;

@@ -1,5 +1,22 @@
 #![doc = include_str!("../README.md")]
 
+// DESIGN. The `tenure` command: any program made leader-only, over any
+// backend URL, with the Elector from tenure-core.
+//
+//   args.rs       the command line
+//   connect.rs    a client from the URL, an elector on the key, bounded
+//   run.rs        `tenure run`: campaign, run while leading, step down
+//   supervise.rs  one term: the command is dead before the term's deadline
+//   keeper.rs     a process beside the command that kills it at the deadline
+//                 even if tenure itself is stopped
+//   child.rs      the command's process group
+//   signals.rs    which signals stop tenure, which are passed on
+//   campaign.rs   `tenure campaign`: lead without a command
+//   status.rs, watch.rs, report.rs   `tenure status` and `tenure watch`, and
+//                 how they print
+//   failure.rs    tenure's own failures and their exit statuses
+//   logging.rs    logging that never holds up a kill
+
 mod args;
 mod campaign;
 mod child;

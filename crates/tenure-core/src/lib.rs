@@ -2,6 +2,29 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// DESIGN. The contract, the layers every backend is wrapped in, and the
+// Elector that drives any backend; nothing here knows a server.
+//
+//   backend.rs       LeaseBackend, the one trait, and its contract (MUST 1-12)
+//   names.rs         ElectionKey, CandidateId: validated names
+//   token.rs         FencingToken
+//   leader.rs        LeaderInfo, LeaderEvent: what a watch reports
+//   lease.rs         Candidacy (asked for), Lease (granted: valid_until from send time)
+//   capabilities.rs  what a backend promises, and the input checks that follow
+//   loss.rs          LossReason: why a term ended
+//   error.rs         Error: the one error type, retryable or not
+//   layers/          what surrounds every backend's protocol, once, each a
+//                    LeaseBackend over any other: Checked, Traced, OnHeartbeat
+//   hosted.rs        HeartbeatBackend (a networked backend's protocol, made a
+//                    LeaseBackend by the layers), CleanupOnDrop, bounded()
+//   backend_url.rs   one URL grammar for every backend's connect(url)
+//   backoff.rs       jitter and retry delays
+//   elector/         the Elector over any LeaseBackend: campaign, renew on the
+//                    heartbeat thread, step down by valid_until, observe
+//   fence.rs         the storage side of fencing
+//   memory/          the in-memory backend: the whole contract in one
+//                    process, with per-client fault knobs for tests
+
 mod backend;
 pub mod backend_url;
 mod backoff;

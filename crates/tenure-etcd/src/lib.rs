@@ -5,6 +5,21 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// DESIGN. etcd's election protocol and nothing else: the layers in
+// tenure-core check input, trace, and run every operation on the heartbeat
+// runtime (HeartbeatBackend).
+//
+//   lib.rs        EtcdBackend: options, connect, the HeartbeatBackend impl
+//   election.rs   concurrency.Election's recipe: a key per candidate on its
+//                 own lease, the lowest create revision leads
+//   keepalive.rs  one lease kept alive, on a stream opened on demand
+//   members.rs    one client per member for the requests that keep a lease
+//   own.rs        a holder watches its own key (deleted out of band: lost)
+//   watch.rs      leader observations: a prefix watch, re-read per change
+//   granted.rs    what a granted lease carries (EtcdGrant)
+//   error.rs      etcd-client errors as tenure's, retryable or not
+//   url.rs        etcd:// and etcds:// URLs
+
 mod election;
 mod error;
 mod granted;

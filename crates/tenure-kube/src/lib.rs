@@ -2,6 +2,21 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// DESIGN. The Kubernetes Lease protocol as client-go's LeaseLock writes it,
+// nothing else: the layers in tenure-core check input, trace, and run
+// every operation on the heartbeat runtime.
+//
+//   lib.rs         KubeBackend: options, connect, the HeartbeatBackend impl
+//   record.rs      client-go's field use, and what tells two terms apart
+//   renew_time.rs  renewTime as a client-go peer sees it: to the second
+//   fencing.rs     tokens from the resourceVersion a grant was written against
+//   guard.rs       a granting write whose answer was never read, undone
+//   observe.rs     expiry by the observer's own clock; waiting by watching
+//   own.rs         a holder watches its own Lease (deleted or taken: lost)
+//   granted.rs     what a granted lease carries (KubeGrant)
+//   error.rs       kube client errors as tenure's, retryable or not
+//   url.rs         kube:// URLs
+
 mod error;
 mod fencing;
 mod granted;

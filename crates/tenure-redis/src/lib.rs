@@ -5,6 +5,22 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// DESIGN. Redlock over N independent masters, nothing else: the layers in
+// tenure-core check input, trace, and run every operation on the heartbeat
+// runtime.
+//
+//   lib.rs       RedisBackend: the HeartbeatBackend impl
+//   builder.rs   options, the builder that checks them (and the unfenced
+//                opt-in), connecting to every master
+//   round.rs     the Redlock round: take a majority, keep it, let it go;
+//                a round not granted undoes what it took
+//   scripts.rs   the Lua scripts: one atomic step per master, by value
+//   master.rs    one master's connection and its bounded call
+//   answers.rs   what the masters answer, parsed
+//   watch.rs     watching a key: what a majority of masters hold
+//   granted.rs   what a granted lease carries (RedisGrant)
+//   url.rs       redis:// and rediss:// URLs
+
 mod answers;
 mod builder;
 mod granted;

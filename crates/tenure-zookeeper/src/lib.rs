@@ -2,6 +2,23 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// DESIGN. ZooKeeper's election protocol (Curator LeaderLatch's) and the
+// session it lives on, nothing else: the layers in tenure-core check
+// input, trace, and run every operation on the heartbeat runtime.
+//
+//   lib.rs       ZooKeeperBackend: options, connect, the HeartbeatBackend impl
+//   latch.rs     LeaderLatch's recipe: ephemeral sequential nodes, lowest leads
+//   campaign.rs  one candidacy: create, look, wait on the node ahead, claim
+//   session.rs   the backend's one session, replaced once it ends
+//   terms.rs     the session timeout the servers grant, and the leases on it
+//   probe.rs     before a session opens: what each server would grant
+//   relay.rs     a relay that reads the timeout granted at every (re)connect
+//   own.rs       a holder watches its own node (deleted out of band: lost)
+//   watch.rs     leader observations from child watches
+//   granted.rs   what a granted lease carries (ZkGrant)
+//   error.rs     zookeeper-client errors as tenure's, retryable or not
+//   url.rs       zk:// URLs
+
 mod campaign;
 mod error;
 mod granted;
