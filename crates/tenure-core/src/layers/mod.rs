@@ -13,7 +13,7 @@
 //!
 //! A networked backend gets all three by implementing
 //! [`HeartbeatBackend`](crate::HeartbeatBackend); the memory backend and
-//! test backends wrap themselves in the first two. An application can add
+//! the conformance suite's remote client wrap themselves in the first two. An application can add
 //! a layer of its own (metrics, fault injection) the same way:
 //!
 //! ```
