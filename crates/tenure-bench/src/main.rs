@@ -3,10 +3,12 @@
 //!
 //! ```text
 //! tenure-bench [--quick] [--only etcd,zk,...] [--report PATH] [--out DIR]
-//! tenure-bench candidate KIND URL KEY TTL_MS     (a candidate process)
 //! tenure-bench scale-child URL KEYS SECS TTL_MS  (the scale measure's child)
 //! tenure-bench render [--quick] [RESULTS] [REPORT] (the report again, from JSON)
 //! ```
+//!
+//! Crash failover runs `tenure-bench-candidate` processes, built beside
+//! this binary (`src/bin/tenure-bench-candidate.rs`).
 
 // DESIGN. Measures tenure and its peers on the same servers in one run.
 //
@@ -15,14 +17,15 @@
 //   deploy.rs          the servers per backend, their clients and counters
 //   run.rs             every deployment: tenure and its peers, then the report
 //   tenure_measures.rs tenure's in-process measures
-//   process.rs, candidate.rs   candidates in processes (crash failover)
+//   process.rs         candidates in processes (crash failover, hand-over)
+//   bin/tenure-bench-candidate.rs   the bench's own candidate process,
+//                      driven over the conformance process protocol
 //   scale.rs           many keys in one process (scale-child)
 //   peers/             what people would otherwise pick (etcd's election API,
 //                      etcdctl elect, Curator, rslock) and the ones not run
 //   figures.rs, report.rs, chart.rs   what was measured, BENCHMARKS.md, SVG
 //   machine.rs, error.rs
 
-mod candidate;
 mod chart;
 mod deploy;
 mod error;
@@ -77,14 +80,6 @@ pub struct RunArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// A candidate process: campaigns on URL for KEY, says when it leads.
-    Candidate {
-        /// tenure, etcd-election or rslock.
-        kind: candidate::Kind,
-        url: String,
-        key: String,
-        ttl_ms: u64,
-    },
     /// The scale measure's child: KEYS leaderships for SECS seconds.
     ScaleChild {
         url: String,
@@ -112,12 +107,6 @@ fn main() -> ExitCode {
         .expect("a tokio runtime");
     let outcome = runtime.block_on(async {
         match cli.command {
-            Some(Command::Candidate {
-                kind,
-                url,
-                key,
-                ttl_ms,
-            }) => candidate::main(kind, &url, &key, ttl_ms).await,
             Some(Command::ScaleChild {
                 url,
                 keys,
@@ -155,19 +144,6 @@ mod tests {
         assert_eq!(cli.run.out, std::path::Path::new("target/bench"));
         let cli = Cli::try_parse_from([
             "tenure-bench",
-            "candidate",
-            "etcd-election",
-            "etcd://h:2379",
-            "k",
-            "2000",
-        ])
-        .unwrap();
-        assert!(matches!(
-            cli.command,
-            Some(Command::Candidate { ttl_ms: 2000, .. })
-        ));
-        let cli = Cli::try_parse_from([
-            "tenure-bench",
             "scale-child",
             "zk://h",
             "1000",
@@ -196,8 +172,8 @@ mod tests {
             (&["tenure-bench", "--only", "etcd,mongo"][..], "mongo"),
             (&["tenure-bench", "--colour"][..], "--colour"),
             (
-                &["tenure-bench", "candidate", "zookeeper", "u", "k", "1"][..],
-                "zookeeper",
+                &["tenure-bench", "candidate", "u", "k", "1"][..],
+                "candidate",
             ),
             (
                 &["tenure-bench", "scale-child", "u", "many", "1", "1"][..],

@@ -1,8 +1,19 @@
 //! Candidates in processes of their own: crash failover (SIGKILL the
-//! leader) and, for `etcdctl elect`, graceful hand-over (SIGINT).
+//! leader) and, for `etcdctl elect` and Curator, graceful hand-over
+//! (SIGINT).
+//!
+//! The bench's own candidates (tenure, etcd's election API, rslock) are
+//! `tenure-bench-candidate` processes driven over the conformance suite's
+//! process protocol ([`candidate_trial`]); programs the bench does not
+//! write (`etcdctl elect`) or that run on the JVM (Curator) are read by the
+//! lines they print ([`trial`]).
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
+
+use tenure_conformance::process::protocol::{Command as ProtocolCommand, Message};
+use tenure_conformance::process::CandidateProcess;
 
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -111,21 +122,81 @@ pub async fn trial(
     Ok(led - stopped)
 }
 
-/// `tenure-bench candidate KIND URL KEY TTL_MS`, this very binary.
-pub fn candidate_command(kind: &str, url: &str, key: &str, ttl: Duration) -> Command {
-    let exe = std::env::current_exe().unwrap_or_else(|_| "tenure-bench".into());
-    let mut c = Command::new(exe);
-    c.arg("candidate")
-        .arg(kind)
-        .arg(url)
-        .arg(key)
-        .arg(ttl.as_millis().to_string());
-    c
+/// How long a standby is given to queue up behind the leader.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// One crash-failover trial through `tenure-bench-candidate` processes
+/// (see its docs for the URL forms): a leader elected, a standby
+/// campaigning behind it, the leader SIGKILLed; how long until the standby
+/// says it leads, stamped as its `elected` arrives.
+pub async fn candidate_trial(
+    url: &str,
+    key: &str,
+    ttl: Duration,
+    limit: Duration,
+) -> BenchResult<Duration> {
+    let program = candidate_program()?;
+    let start = |identity: &'static str| {
+        let program = program.clone();
+        async move {
+            let mut process = ctx(
+                "starting a candidate",
+                CandidateProcess::spawn(&program, url, key, identity, ttl, LIMIT).await,
+            )?;
+            let campaign = ctx(
+                "asking a candidate to campaign",
+                process.request(ProtocolCommand::Campaign, LIMIT).await,
+            )?;
+            campaign.map_err(|e| BenchError::from(format!("{identity}'s campaign: {e}")))?;
+            Ok::<_, BenchError>(process)
+        }
+    };
+    let mut leader = start("a").await?;
+    elected(&mut leader, LIMIT).await?;
+    let mut standby = start("b").await?;
+    // Let the standby queue up behind the leader.
+    tokio::time::sleep(SETTLE).await;
+    let stopped = Instant::now();
+    ctx("killing the leader", leader.kill().await)?;
+    let led = elected(&mut standby, limit).await?;
+    let _ = standby.kill().await;
+    Ok(led - stopped)
 }
 
-/// Lines our own candidate mode prints.
-pub const OURS: Markers = Markers {
-    ready: "ready",
-    leading: "leading",
-    settle: Duration::from_millis(500),
-};
+/// The longest a candidate may take to start, answer or lead unopposed.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// When `candidate` said it leads; other messages are passed over.
+async fn elected(candidate: &mut CandidateProcess, limit: Duration) -> BenchResult<Instant> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match candidate.next_event(left).await {
+            Some((Message::Elected { .. }, at)) => return Ok(at),
+            Some((Message::Lost { reason, .. }, _)) => {
+                return Err(format!(
+                    "the candidate lost its term ({reason}) before the trial ended"
+                )
+                .into())
+            }
+            Some(_) => continue,
+            None => {
+                return Err(format!("no \"elected\" from the candidate within {limit:?}").into())
+            }
+        }
+    }
+}
+
+/// `tenure-bench-candidate`, built beside this binary.
+fn candidate_program() -> BenchResult<PathBuf> {
+    let exe = ctx("finding this binary", std::env::current_exe())?;
+    let program = exe.with_file_name("tenure-bench-candidate");
+    if !program.exists() {
+        return Err(format!(
+            "{} is missing: build the package's binaries (cargo build -p tenure-bench)",
+            program.display()
+        )
+        .into());
+    }
+    Ok(program)
+}

@@ -11,7 +11,7 @@ use crate::error::BenchError;
 use crate::figures::{Figure, Measure};
 use crate::peers::{curator, etcd_election, etcdctl, rslock, unavailable};
 use crate::plan::{Plan, HERD_TTL, SCALE_TTL, TTL};
-use crate::process::{candidate_command, trial, Stop, OURS};
+use crate::process::{candidate_trial, Stop};
 use crate::tenure_measures::{fresh_key, handover, herd, latency};
 use crate::{report, scale, RunArgs};
 
@@ -134,7 +134,9 @@ fn push_pair(figures: &mut Vec<Figure>, label: &str, system: &str, got: BenchRes
     }
 }
 
-/// Crash failover through candidate processes of `kind`, minus the TTL.
+/// Crash failover through candidate processes, minus the TTL: `kind` is
+/// the URL prefix that picks a peer (`etcd-election+`, `rslock+`; empty
+/// for tenure), see `tenure-bench-candidate`.
 async fn failover(
     url: &str,
     kind: &str,
@@ -145,13 +147,7 @@ async fn failover(
     let mut samples = Vec::with_capacity(trials);
     for _ in 0..trials {
         let key = fresh_key("failover");
-        let took = trial(
-            || candidate_command(kind, url, &key, TTL),
-            OURS,
-            Stop::Kill,
-            TTL * 10,
-        )
-        .await?;
+        let took = candidate_trial(&format!("{kind}{url}"), &key, TTL, TTL * 10).await?;
         samples.push((took.as_secs_f64() - TTL.as_secs_f64()) * 1000.0);
     }
     let mut f = Figure::new(Measure::Failover, label, system);
@@ -229,7 +225,7 @@ async fn bench_one(
             push(
                 figures,
                 (Measure::Failover, label, "tenure"),
-                failover(&url, "tenure", label, "tenure", f).await,
+                failover(&url, "", label, "tenure", f).await,
             );
             match d.server {
                 Server::Etcd(_) => {
@@ -237,7 +233,7 @@ async fn bench_one(
                     push(
                         figures,
                         (Measure::Failover, label, system),
-                        failover(&url, "etcd-election", label, system, f).await,
+                        failover(&url, "etcd-election+", label, system, f).await,
                     );
                     let e = etcdctl::measure(
                         label,
@@ -257,7 +253,7 @@ async fn bench_one(
                     push(
                         figures,
                         (Measure::Failover, label, system),
-                        failover(&url, "rslock", label, system, f).await,
+                        failover(&url, "rslock+", label, system, f).await,
                     );
                 }
                 _ => {}

@@ -9,7 +9,7 @@ use tokio::process::Command;
 use crate::deploy::{ctx, BenchResult};
 use crate::error::BenchError;
 use crate::figures::{Figure, Measure};
-use crate::process::{trial, Markers, Stop, OURS};
+use crate::process::{trial, Markers, Stop};
 use crate::tenure_measures::fresh_key;
 
 /// The peer's name in the tables.
@@ -75,10 +75,12 @@ fn command(classpath: &str, endpoints: &[String], path: &str, ttl: Duration) -> 
     c
 }
 
-/// The JVM takes a while to start and queue: a longer settle.
+/// What `LatchCandidate` prints; the JVM takes a while to start and queue,
+/// so the standby is given longer to settle.
 const MARKERS: Markers = Markers {
+    ready: "ready",
+    leading: "leading",
     settle: Duration::from_millis(1500),
-    ..OURS
 };
 
 /// Hand-over (SIGINT: the shutdown hook closes the latch) or crash failover
