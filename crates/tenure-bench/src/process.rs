@@ -1,6 +1,6 @@
 //! Candidates in processes of their own: crash failover (SIGKILL the
 //! leader) and, for `etcdctl elect` and Curator, graceful hand-over
-//! (SIGINT).
+//! (SIGINT) too.
 //!
 //! The bench's own candidates (tenure, etcd's election API, rslock) are
 //! `tenure-bench-candidate` processes driven over the conformance suite's
@@ -156,10 +156,18 @@ pub async fn candidate_trial(
     let mut standby = start("b").await?;
     // Let the standby queue up behind the leader.
     tokio::time::sleep(SETTLE).await;
+    // A standby that already leads (the leader lost its lease early) would
+    // make a sample of the wrong thing.
+    if let Some((message, _)) = standby.next_event(Duration::ZERO).await {
+        return Err(format!("before the kill, the standby said {message:?}").into());
+    }
     let stopped = Instant::now();
     ctx("killing the leader", leader.kill().await)?;
     let led = elected(&mut standby, limit).await?;
     let _ = standby.kill().await;
+    if led < stopped {
+        return Err("the standby led before the leader was killed".into());
+    }
     Ok(led - stopped)
 }
 
@@ -180,6 +188,9 @@ async fn elected(candidate: &mut CandidateProcess, limit: Duration) -> BenchResu
                 .into())
             }
             Some(_) => continue,
+            None if Instant::now() < deadline => {
+                return Err("the candidate exited before it led (its errors are above)".into())
+            }
             None => {
                 return Err(format!("no \"elected\" from the candidate within {limit:?}").into())
             }

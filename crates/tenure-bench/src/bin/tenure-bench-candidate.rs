@@ -62,25 +62,109 @@ fn connect(url: String) -> BoxFuture<'static, tenure::Result<Arc<dyn LeaseBacken
     Box::pin(async move { tenure::connect(&url).await })
 }
 
-/// A peer's campaign: returns once it leads, then keeps leading (renewing
-/// in the background) until the process is killed.
-async fn campaign(args: &Args) -> Result<(), String> {
-    if let Some(url) = args.url.strip_prefix(ETCD_ELECTION) {
-        etcd_election(url, &args.key, &args.identity, args.ttl).await
-    } else if let Some(url) = args.url.strip_prefix(RSLOCK) {
-        rslock(url, &args.key, args.ttl).await
-    } else {
-        Err(format!("{:?}: not a peer's URL", args.url))
+/// A peer, connected and ready to campaign.
+enum Peer {
+    /// etcd's election API: a client and a lease kept alive every TTL/3.
+    EtcdElection {
+        client: Box<etcd_client::Client>,
+        lease: i64,
+    },
+    /// rslock's lock manager over the masters.
+    Rslock(rslock::LockManager),
+}
+
+impl Peer {
+    /// Connects (and, for etcd, grants and keeps alive the lease the
+    /// campaign will use), before the candidate says it is ready.
+    async fn connect(args: &Args) -> Result<Peer, String> {
+        if let Some(url) = args.url.strip_prefix(ETCD_ELECTION) {
+            let mut client = etcd_client::Client::connect(hosts(url)?, None)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            let lease = client
+                .lease_grant(args.ttl.as_secs().max(1) as i64, None)
+                .await
+                .map_err(|e| format!("lease grant: {e}"))?
+                .id();
+            let (mut keeper, mut answers) = client
+                .lease_keep_alive(lease)
+                .await
+                .map_err(|e| format!("keep-alive: {e}"))?;
+            let ttl = args.ttl;
+            // The keep-alive task holds a client for as long as the process
+            // runs, so its connection outlives the campaign's.
+            let held = client.clone();
+            tokio::spawn(async move {
+                let _held = held;
+                loop {
+                    tokio::time::sleep(ttl / 3).await;
+                    if let Err(e) = keeper.keep_alive().await {
+                        exit(&format!("keep-alive: {e}"));
+                    }
+                    match answers.message().await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => exit("keep-alive: the stream ended"),
+                        Err(e) => exit(&format!("keep-alive: {e}")),
+                    }
+                }
+            });
+            Ok(Peer::EtcdElection {
+                client: Box::new(client),
+                lease,
+            })
+        } else if let Some(url) = args.url.strip_prefix(RSLOCK) {
+            let masters = hosts(url)?
+                .into_iter()
+                .map(|h| format!("redis://{h}"))
+                .collect::<Vec<_>>();
+            Ok(Peer::Rslock(rslock::LockManager::new(masters)))
+        } else {
+            Err(format!("{:?}: not a peer's URL", args.url))
+        }
+    }
+
+    /// Campaigns; returns once the peer leads, and keeps leading (renewing
+    /// in the background) until the process is killed. A renewal that fails
+    /// ends the process with status 2.
+    async fn campaign(self, args: &Args) -> Result<(), String> {
+        match self {
+            Peer::EtcdElection { client, lease } => {
+                client
+                    .election_client()
+                    .campaign(args.key.as_str(), args.identity.as_str(), lease)
+                    .await
+                    .map_err(|e| format!("campaign: {e}"))?;
+                Ok(())
+            }
+            Peer::Rslock(manager) => {
+                let ttl = args.ttl;
+                let mut lock = manager
+                    .acquire_no_guard(args.key.as_bytes(), ttl)
+                    .await
+                    .map_err(|e| format!("acquire: {e}"))?;
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(ttl / 3).await;
+                        match manager.extend(&lock, ttl).await {
+                            Ok(extended) => lock = extended,
+                            Err(e) => exit(&format!("extend: {e}")),
+                        }
+                    }
+                });
+                Ok(())
+            }
+        }
     }
 }
 
-/// When the peer was elected, and until when its lease runs.
+/// When the peer was elected, and its TTL.
 type Elected = Arc<Mutex<Option<(Instant, Duration)>>>;
 
-/// The protocol's candidate side for a peer: `ready`, then commands;
-/// `campaign` starts the peer's campaign and `elected` follows once it
-/// leads. A peer cannot resign: it is killed.
+/// The protocol's candidate side for a peer: `ready` once connected, then
+/// commands; `campaign` starts the peer's campaign and `elected` follows
+/// once it leads. A peer cannot resign: it is killed.
 async fn serve_peer(args: Args) -> Result<(), String> {
+    let mut peer = Some(Peer::connect(&args).await?);
     let out = Arc::new(tokio::sync::Mutex::new(tokio::io::stdout()));
     let elected: Elected = Arc::default();
     say(
@@ -95,40 +179,36 @@ async fn serve_peer(args: Args) -> Result<(), String> {
         let request: Request =
             serde_json::from_str(&line).map_err(|e| format!("bad command {line:?}: {e}"))?;
         let error = match request.op {
-            Command::Campaign => {
-                let (args, out, elected) = (args.clone(), out.clone(), elected.clone());
-                tokio::spawn(async move {
-                    let leads = async {
-                        let done = campaign(&args).await;
+            Command::Campaign => match peer.take() {
+                Some(peer) => {
+                    let (args, out, elected) = (args.clone(), out.clone(), elected.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = peer.campaign(&args).await {
+                            exit(&e);
+                        }
                         let at = Instant::now();
                         *elected.lock().unwrap() = Some((at, args.ttl));
-                        done
-                    };
-                    match leads.await {
-                        Ok(()) => {
-                            let at = elected.lock().unwrap().map(|(at, _)| at);
-                            let at = at.unwrap_or_else(Instant::now);
-                            let message = Message::Elected {
-                                token: None,
-                                at_ns: to_ns(at),
-                                valid_until_ns: to_ns(at + args.ttl),
-                            };
-                            say(&out, &message).await;
-                        }
-                        Err(e) => exit(&format!("campaign: {e}")),
-                    }
-                });
-                None
-            }
+                        let message = Message::Elected {
+                            token: None,
+                            at_ns: to_ns(at),
+                            valid_until_ns: to_ns(at + args.ttl),
+                        };
+                        say(&out, &message).await;
+                    });
+                    None
+                }
+                None => Some("a peer campaigns once".to_owned()),
+            },
             Command::Resign => Some("a peer does not resign: kill it".to_owned()),
             Command::Status | Command::Write | Command::Exit => None,
         };
         let status = match *elected.lock().unwrap() {
+            // Renewed in the background: valid for as long as it runs.
             Some((at, ttl)) => Status {
                 leader: true,
-                valid: Instant::now() < at + ttl,
+                valid: true,
                 token: None,
-                valid_until_ns: Some(to_ns(at + ttl)),
+                valid_until_ns: Some(to_ns(at.max(Instant::now()) + ttl)),
             },
             None => Status::default(),
         };
@@ -153,68 +233,19 @@ async fn say(out: &tokio::sync::Mutex<tokio::io::Stdout>, message: &Message) {
     let _ = out.flush().await;
 }
 
-/// `etcd://h:p,h:p/...?...` → `["h:p", "h:p"]`.
-fn hosts(url: &str) -> Vec<String> {
+/// `etcd://h:p,h:p/...?...` → `["h:p", "h:p"]`; credentials are refused
+/// (the peers here connect without them).
+fn hosts(url: &str) -> Result<Vec<String>, String> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.split(['/', '?']).next().unwrap_or("");
-    rest.split(',')
+    if rest.contains('@') {
+        return Err(format!("{url:?}: the peers take no credentials in the URL"));
+    }
+    Ok(rest
+        .split(',')
         .filter(|h| !h.is_empty())
         .map(str::to_owned)
-        .collect()
-}
-
-async fn etcd_election(url: &str, key: &str, id: &str, ttl: Duration) -> Result<(), String> {
-    let e = |what: &str| {
-        let what = what.to_owned();
-        move |e: etcd_client::Error| format!("{what}: {e}")
-    };
-    let mut client = etcd_client::Client::connect(hosts(url), None)
-        .await
-        .map_err(e("connect"))?;
-    let lease = client
-        .lease_grant(ttl.as_secs().max(1) as i64, None)
-        .await
-        .map_err(e("lease grant"))?;
-    let (mut keeper, mut answers) = client
-        .lease_keep_alive(lease.id())
-        .await
-        .map_err(e("keep-alive"))?;
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(ttl / 3).await;
-            if keeper.keep_alive().await.is_err() || answers.message().await.is_err() {
-                return;
-            }
-        }
-    });
-    client
-        .election_client()
-        .campaign(key, id, lease.id())
-        .await
-        .map_err(e("campaign"))?;
-    Ok(())
-}
-
-async fn rslock(url: &str, key: &str, ttl: Duration) -> Result<(), String> {
-    let masters: Vec<String> = hosts(url)
-        .into_iter()
-        .map(|h| format!("redis://{h}"))
-        .collect();
-    let manager = rslock::LockManager::new(masters);
-    let mut lock = manager
-        .acquire_no_guard(key.as_bytes(), ttl)
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(ttl / 3).await;
-            match manager.extend(&lock, ttl).await {
-                Ok(extended) => lock = extended,
-                Err(e) => exit(&format!("extend: {e}")),
-            }
-        }
-    });
-    Ok(())
+        .collect())
 }
 
 #[cfg(test)]
@@ -223,10 +254,11 @@ mod tests {
 
     #[test]
     fn hosts_are_split_from_urls() {
-        assert_eq!(hosts("etcd://a:1,b:2"), ["a:1", "b:2"]);
+        assert_eq!(hosts("etcd://a:1,b:2").unwrap(), ["a:1", "b:2"]);
         assert_eq!(
-            hosts("redis://a:1,b:2/p?allow_unfenced=true"),
+            hosts("redis://a:1,b:2/p?allow_unfenced=true").unwrap(),
             ["a:1", "b:2"]
         );
+        assert!(hosts("etcd://u:p@a:1").unwrap_err().contains("credentials"));
     }
 }
