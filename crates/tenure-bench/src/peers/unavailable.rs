@@ -25,8 +25,8 @@ pub fn rows(label: &str) -> Vec<Figure> {
             label,
             "client-go leaderelection (documented defaults)",
             match measure {
-                Measure::Handover => "not run (no Go toolchain): with ReleaseOnCancel a standby notices on its next try, every RetryPeriod 2 s: 0–2 s",
-                _ => "not run (no Go toolchain): LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s: a standby takes over up to one RetryPeriod (2 s) after the 15 s lease runs out",
+                Measure::Handover => "not run (no Go toolchain): with ReleaseOnCancel a standby notices on its next try; client-go tries every RetryPeriod (2 s) stretched by up to JitterFactor 1.2 (wait.JitterUntil), so 2–4.4 s apart: 0–4.4 s",
+                _ => "not run (no Go toolchain): LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s: a standby takes over on its first try after the 15 s lease runs out, its tries 2–4.4 s apart (RetryPeriod with JitterFactor 1.2): up to 4.4 s after",
             },
         ));
     }
