@@ -230,6 +230,14 @@ impl LeaseBackend for PlantedBackend {
         self.inner.capabilities()
     }
 
+    fn check(&self, candidacy: &Candidacy) -> Result<()> {
+        self.inner.check(candidacy)
+    }
+
+    fn check_key(&self, key: &ElectionKey) -> Result<()> {
+        self.inner.check_key(key)
+    }
+
     async fn acquire(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         match self.inner.acquire(candidacy, mode).await? {
             Acquisition::Granted(lease) => Ok(Acquisition::Granted(self.seen(lease).await?)),

@@ -10,6 +10,7 @@ use futures::stream::BoxStream;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use super::trace::op_span;
 use super::Layer;
 use crate::hosted::{cleanups_finished, spawn_cleanup, Backoff, CleanupGuard};
 use crate::{
@@ -81,15 +82,24 @@ impl<B: LeaseBackend> LeaseBackend for OnHeartbeat<B> {
         let span = tracing::Span::current();
         let (inner, candidacy) = (self.inner.clone(), candidacy.clone());
         let releaser = self.inner.clone();
-        let release_span = span.clone();
+        let acquire_span = span.clone();
         hand_over(
             self.inner.name(),
             async move { inner.acquire(&candidacy, mode).await }.instrument(span),
             move |undelivered: Result<Acquisition>| {
                 Box::pin(async move {
                     if let Ok(Acquisition::Granted(lease)) = undelivered {
+                        // A release of its own, as the Elector's would be,
+                        // linked to the acquire whose grant it gives back.
+                        let span = op_span(
+                            "release",
+                            releaser.name(),
+                            lease.key(),
+                            lease.holder().as_str(),
+                        );
+                        span.follows_from(&acquire_span);
                         release_undelivered(&*releaser, lease)
-                            .instrument(release_span)
+                            .instrument(span)
                             .await;
                     }
                 }) as BoxFuture<'static, ()>

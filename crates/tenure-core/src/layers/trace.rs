@@ -86,7 +86,7 @@ impl<B: LeaseBackend> LeaseBackend for Traced<B> {
 }
 
 /// The span of one backend operation.
-fn op_span(
+pub(super) fn op_span(
     op: &'static str,
     backend: &'static str,
     key: &ElectionKey,
