@@ -29,7 +29,9 @@ pub use tenure_core::{
 /// [`Elector`] drives the backend.
 pub mod backend {
     pub use tenure_core::backend_url;
-    pub use tenure_core::hosted::{self, bounded, spawn_cleanup, CleanupOnDrop};
+    pub use tenure_core::hosted::{
+        self, bounded, spawn_cleanup, watch_stream, CleanupOnDrop, Looks,
+    };
     pub use tenure_core::layers::{self, Layer};
     pub use tenure_core::{
         default_drift_margin, heartbeat_runtime, on_heartbeat_runtime, AcquireMode, Acquisition,

@@ -68,3 +68,46 @@ fn the_etcd_feature_is_what_brings_protoc() {
         "{found:?}"
     );
 }
+
+/// Each backend's client crates: what building that backend brings.
+const BACKEND_CLIENTS: &[(&str, &[&str])] = &[
+    ("tenure-etcd", &["etcd-client"]),
+    ("tenure-zookeeper", &["zookeeper-client"]),
+    ("tenure-kube", &["kube", "kube-client", "k8s-openapi"]),
+    ("tenure-redis", &["redis"]),
+];
+
+/// `cargo test -p tenure-etcd` builds etcd and nothing of the other
+/// backends: a backend's tests use the suite (`tenure-conformance`) and the
+/// containers (`tenure-testkit`), which depend on no backend; the suite
+/// against all of them lives in `tenure-e2e`.
+#[test]
+fn a_backends_tests_build_no_other_backend() {
+    let mut wrong = Vec::new();
+    for (backend, own) in BACKEND_CLIENTS {
+        let packages = tree(&["-p", backend, "-e", "normal,build,dev"]);
+        assert!(
+            packages
+                .iter()
+                .any(|(name, _)| own.contains(&name.as_str())),
+            "{backend}'s graph lacks its own client {own:?}: the check looks at the wrong graph"
+        );
+        for (other, clients) in BACKEND_CLIENTS {
+            if other == backend {
+                continue;
+            }
+            let found: Vec<&String> = packages
+                .iter()
+                .map(|(name, _)| name)
+                .filter(|name| clients.contains(&name.as_str()) || name.as_str() == *other)
+                .collect();
+            if !found.is_empty() {
+                wrong.push(format!(
+                    "`cargo test -p {backend}` builds {found:?} of {other} \
+                     (`cargo tree -p {backend} -e dev -i <name>` shows the path)"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

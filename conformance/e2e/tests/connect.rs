@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenure::{Elector, LeaderEvent};
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::LeaseServer;
+use tenure_lease_server::LeaseServer;
+use tenure_testkit::harness::{Cluster, Topology};
 
 const TTL: Duration = Duration::from_secs(2);
 

@@ -2,9 +2,10 @@
 //!
 //! `memory:` is a private in-process server (one candidate only: useful to
 //! test the driver); `memory+tcp://ADDR` is a client of the test process's
-//! server through its [front](super::front). A backend crate adds its scheme by building its own
-//! candidate binary around [`super::candidate::main_with`] with a connector
-//! that knows its URLs, until the facade's `connect(url)` serves them all.
+//! server through its [front](super::front). Any other backend's candidate
+//! is a binary of its own around [`super::candidate::main_with`], with a
+//! connector that hands every other URL to the facade's `tenure::connect`
+//! (tenure-e2e's `tenure-e2e-candidate`; the bench's).
 
 use std::sync::Arc;
 
@@ -16,9 +17,7 @@ use super::remote::RemoteClient;
 /// Makes a backend client from a URL.
 pub type Connector = fn(String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>;
 
-/// The schemes this crate knows: `memory:`, `memory+tcp://`, and with the
-/// `harness` feature `etcd://`, `zk://`, `kube://` and `redis://` (see each backend's
-/// `connect_url`).
+/// The schemes this crate knows: `memory:` and `memory+tcp://`.
 pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>> {
     Box::pin(async move {
         match url.split(':').next() {
@@ -26,22 +25,6 @@ pub fn connect(url: String) -> BoxFuture<'static, Result<Arc<dyn LeaseBackend>>>
             Some("memory+tcp") => {
                 Ok(Arc::new(RemoteClient::connect_url(&url).await?) as Arc<dyn LeaseBackend>)
             }
-            #[cfg(feature = "harness")]
-            Some("etcd") => Ok(Arc::new(tenure_etcd::EtcdBackend::connect_url(&url).await?)
-                as Arc<dyn LeaseBackend>),
-            #[cfg(feature = "harness")]
-            Some("zk") => Ok(
-                Arc::new(tenure_zookeeper::ZooKeeperBackend::connect_url(&url).await?)
-                    as Arc<dyn LeaseBackend>,
-            ),
-            #[cfg(feature = "harness")]
-            Some("kube") => Ok(Arc::new(tenure_kube::KubeBackend::connect_url(&url).await?)
-                as Arc<dyn LeaseBackend>),
-            #[cfg(feature = "harness")]
-            Some("redis") => Ok(
-                Arc::new(tenure_redis::RedisBackend::connect_url(&url).await?)
-                    as Arc<dyn LeaseBackend>,
-            ),
             _ => Err(Error::invalid(
                 "url",
                 format!("{url:?}: no backend for this scheme in tenure-candidate"),

@@ -9,10 +9,10 @@ use tenure::kube::{KubeBackend, KubeOptions};
 use tenure::redis::RedisBackend;
 use tenure::zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 use tenure::{LeaseBackend, MemoryBackend};
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::{kube_config_for, KubeconfigFile, LeaseServer};
-use tenure_conformance::taps::ZooKeeperMessages;
-use tenure_conformance::ProxyLink;
+use tenure_lease_server::{kube_config_for, KubeconfigFile, LeaseServer};
+use tenure_testkit::harness::{Cluster, Topology};
+use tenure_testkit::taps::ZooKeeperMessages;
+use tenure_testkit::ProxyLink;
 
 /// The error type of the bench: a message that says what failed.
 pub use crate::error::{ctx, BenchResult};

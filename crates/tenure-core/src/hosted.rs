@@ -27,6 +27,7 @@ use crate::{
     heartbeat_runtime, AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error,
     LeaderEvent, Lease, LeaseBackend, LeaseHandle, Result,
 };
+pub use stream::{watch_stream, Looks};
 
 /// A backend's protocol, written as plain async operations and run by
 /// tenure on the heartbeat runtime. Implement this instead of
@@ -350,6 +351,8 @@ pub async fn cleanups_finished() {
     let mut rx = cleanups().subscribe();
     let _ = rx.wait_for(|n| *n == 0).await;
 }
+
+mod stream;
 
 #[cfg(test)]
 mod tests;

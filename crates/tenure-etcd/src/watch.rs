@@ -22,17 +22,17 @@
 //! Cost, per observer on a cluster of several members: 8/TTL reads a
 //! second (0.8 at the Elector's default 10 s TTL), one key each; one lease
 //! `TimeToLive` per leader change; one `MemberList` per watch, at its first
-//! look (as soon as it waits for a change; a watch read for its first event
-//! alone costs nothing more). On a single-member cluster it looks no more
+//! look past the stream (a watch dropped before then costs nothing more). On a single-member cluster it looks no more
 //! after that: a look would reach the member the stream is on.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use etcd_client::{Client, WatchOptions, WatchResponse, WatchStream};
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use tenure_core::hosted::{watch_stream, Looks};
 use tenure_core::{Error, LeaderEvent, Result};
 use tokio::time::Instant;
 
@@ -142,7 +142,7 @@ struct Watcher {
 
 impl Watcher {
     /// The next leader state that differs from the last one reported.
-    async fn next(&mut self) -> Result<LeaderEvent> {
+    async fn next_news(&mut self) -> Result<LeaderEvent> {
         loop {
             if self.stream.is_none() {
                 let event = self.reopen().await?;
@@ -439,7 +439,8 @@ pub(crate) async fn watch(
     settings: Arc<Settings>,
 ) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
     let Through(members) = through.into();
-    let mut watcher = Watcher {
+    // The first look fails the call if the cluster cannot be read at all.
+    watch_stream(Watcher {
         members,
         member: None,
         stream_member: None,
@@ -448,24 +449,17 @@ pub(crate) async fn watch(
         settings,
         stream: None,
         last: None,
-    };
-    // Fail fast if the cluster cannot be read at all.
-    let first = watcher.next().await?;
-    watcher.last = Some(first.clone());
-    let rest = futures::stream::unfold(Some(watcher), |state| async move {
-        let mut watcher = state?;
-        match watcher.next().await {
-            Ok(event) => {
-                watcher.last = Some(event.clone());
-                Some((Ok(event), Some(watcher)))
-            }
-            // Report the error and end; `Elector::observe` re-watches with back-off.
-            Err(error) => Some((Err(error), None)),
-        }
-    });
-    Ok(futures::stream::once(async move { Ok(first) })
-        .chain(rest)
-        .boxed())
+    })
+    .await
+}
+
+#[async_trait]
+impl Looks for Watcher {
+    async fn next(&mut self) -> Result<LeaderEvent> {
+        let event = self.next_news().await?;
+        self.last = Some(event.clone());
+        Ok(event)
+    }
 }
 
 #[cfg(test)]

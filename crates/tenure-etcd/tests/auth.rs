@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{candidacy, hold, TTL};
-use tenure_conformance::harness::{Cluster, EtcdAuth, EtcdTokens};
 use tenure_core::{AcquireMode, LeaseBackend};
 use tenure_etcd::EtcdBackend;
+use tenure_testkit::harness::{Cluster, EtcdAuth, EtcdTokens};
 use tokio::time::Instant;
 
 async fn auth_etcd(tokens: EtcdTokens) -> Cluster {

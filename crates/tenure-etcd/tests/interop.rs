@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use common::{connect, etcd, TTL};
 use futures::StreamExt;
-use tenure_conformance::harness::Cluster;
 use tenure_core::Elector;
 use tenure_etcd::EtcdOptions;
+use tenure_testkit::harness::Cluster;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{timeout, Instant};

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use common::{candidacy, connect, connect_proxied, etcd, hold, key_of, keys, TTL};
 use futures::StreamExt;
-use tenure_conformance::proxy::Mode;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Error, LeaderEvent, LeaseBackend,
 };
 use tenure_etcd::etcd_client::PutOptions;
 use tenure_etcd::{EtcdBackend, EtcdOptions};
+use tenure_testkit::proxy::Mode;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -169,7 +169,7 @@ async fn a_dropped_campaign_leaves_no_key_behind() {
     assert!(tokio::time::timeout(Duration::from_millis(300), attempt)
         .await
         .is_err());
-    tenure_conformance::harness::wait_for("b's key withdrawn", Duration::from_secs(2), || {
+    tenure_testkit::harness::wait_for("b's key withdrawn", Duration::from_secs(2), || {
         let a = a.clone();
         async move { (keys(&a, "dropped/").await.len() == 1).then_some(()) }
     })

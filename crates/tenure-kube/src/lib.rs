@@ -37,7 +37,7 @@ use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use tenure_core::hosted::bounded;
+use tenure_core::hosted::{bounded, watch_stream, Looks};
 use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, FencingToken,
@@ -46,7 +46,6 @@ use tenure_core::{
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 pub use k8s_openapi;
 pub use kube;
@@ -475,62 +474,57 @@ impl KubeBackend {
             tokio::time::sleep(wait).await;
         }
     }
+}
 
-    async fn watch_inner(self, name: String, tx: tokio::sync::mpsc::Sender<Result<LeaderEvent>>) {
-        let mut last: Option<LeaderEvent> = None;
-        let after = self.options.request_timeout;
-        let mut watch = observe::LeaseWatch::new(
-            self.api.clone(),
-            &name,
-            observe::user_agent("observer", None),
-        );
-        // The Lease as the last watch event showed it, if it came with one.
+/// Looks at one Lease for a watch: a read, then the state each watch event
+/// shows (or a read again, after an event that came without the Lease).
+struct LeaseLooks {
+    backend: KubeBackend,
+    name: String,
+    watch: observe::LeaseWatch,
+    /// What the last look saw: the resourceVersion to watch from, and when
+    /// its holder's lease runs out (a change by itself).
+    seen: Option<(String, Option<Instant>)>,
+}
+
+#[async_trait]
+impl Looks for LeaseLooks {
+    async fn next(&mut self) -> Result<LeaderEvent> {
+        // The Lease as the watch event showed it, if it came with one.
         let mut delivered: Option<Option<KubeLease>> = None;
-        loop {
-            let observed = match delivered.take() {
-                Some(observed) => observed,
-                None => match self.get(&name, after).await {
-                    Ok(o) => o,
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
-                },
-            };
-            let (event, rv, until) = match &observed {
-                None => (LeaderEvent::Vacant, "0".to_owned(), None),
-                Some(lease) => {
-                    let rec = Record::of(lease);
-                    let since = self.observations.seen(&name, &rec.resource_version);
-                    let expires = since + rec.duration;
-                    let event = match tenure_core::CandidateId::new(&rec.holder) {
-                        Ok(identity) if Instant::now() < expires => {
-                            LeaderEvent::Elected(LeaderInfo {
-                                identity,
-                                token: fencing::token_of(lease, self.options.fencing),
-                            })
-                        }
-                        _ => LeaderEvent::Vacant,
-                    };
-                    let until = matches!(event, LeaderEvent::Elected(_)).then_some(expires);
-                    (event, rec.resource_version, until)
-                }
-            };
-            if last.as_ref() != Some(&event) {
-                if tx.send(Ok(event.clone())).await.is_err() {
-                    return;
-                }
-                last = Some(event);
-            }
-            tokio::select! {
-                change = watch.changed(&rv, until) => {
-                    if let observe::Change::Seen(now) = change {
-                        delivered = Some(now.map(|lease| *lease));
-                    }
-                }
-                _ = tx.closed() => return,
+        if let Some((rv, until)) = self.seen.take() {
+            if let observe::Change::Seen(now) = self.watch.changed(&rv, until).await {
+                delivered = Some(now.map(|lease| *lease));
             }
         }
+        let backend = &self.backend;
+        let observed = match delivered {
+            Some(observed) => observed,
+            None => {
+                backend
+                    .get(&self.name, backend.options.request_timeout)
+                    .await?
+            }
+        };
+        let (event, rv, until) = match &observed {
+            None => (LeaderEvent::Vacant, "0".to_owned(), None),
+            Some(lease) => {
+                let rec = Record::of(lease);
+                let since = backend.observations.seen(&self.name, &rec.resource_version);
+                let expires = since + rec.duration;
+                let event = match tenure_core::CandidateId::new(&rec.holder) {
+                    Ok(identity) if Instant::now() < expires => LeaderEvent::Elected(LeaderInfo {
+                        identity,
+                        token: fencing::token_of(lease, backend.options.fencing),
+                    }),
+                    _ => LeaderEvent::Vacant,
+                };
+                let until = matches!(event, LeaderEvent::Elected(_)).then_some(expires);
+                (event, rec.resource_version, until)
+            }
+        };
+        self.seen = Some((rv, until));
+        Ok(event)
     }
 }
 
@@ -598,15 +592,18 @@ impl HeartbeatBackend for KubeBackend {
     }
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        // Outlives this call (which runs on the heartbeat runtime), in its span.
-        tokio::spawn(
-            self.clone()
-                .watch_inner(key.as_str().to_owned(), tx)
-                .in_current_span(),
+        let name = key.as_str().to_owned();
+        let watch = observe::LeaseWatch::new(
+            self.api.clone(),
+            &name,
+            observe::user_agent("observer", None),
         );
-        let stream =
-            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
-        Ok(Box::pin(stream))
+        watch_stream(LeaseLooks {
+            backend: self.clone(),
+            name,
+            watch,
+            seen: None,
+        })
+        .await
     }
 }

@@ -6,10 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::{candidacy, env, hold};
-use tenure_conformance::lease_server::kube_url;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{AcquireMode, ElectionKey, Error, LeaseBackend};
 use tenure_kube::KubeBackend;
+use tenure_lease_server::kube_url;
 use tokio::time::timeout;
 
 fn field<T>(result: &tenure_core::Result<T>) -> Option<&'static str> {
@@ -89,8 +89,7 @@ async fn connect_url_bad_input_is_invalid_argument_naming_url() {
     let garbage = dir.join(format!("tenure-garbage-kubeconfig-{}", std::process::id()));
     std::fs::write(&garbage, "{ not: [yaml").unwrap();
     let no_context =
-        tenure_conformance::lease_server::KubeconfigFile::write("127.0.0.1:9".parse().unwrap())
-            .unwrap();
+        tenure_lease_server::KubeconfigFile::write("127.0.0.1:9".parse().unwrap()).unwrap();
     let urls = [
         "https://127.0.0.1:6443".to_owned(),
         "kube://apiserver:6443".to_owned(),

@@ -12,11 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::chrono::{TimeDelta, Utc};
 use kube::api::PostParams;
 use kube::Api;
-use tenure_conformance::harness::wait_for;
-use tenure_conformance::lease_server::Requests;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{AcquireMode, Acquisition, Candidacy, FencingToken, LeaseBackend};
 use tenure_kube::KubeBackend;
+use tenure_lease_server::Requests;
+use tenure_testkit::harness::wait_for;
 use tokio::time::{timeout, Instant};
 
 /// kubernetes#131867: a renewal whose request reached the server but whose
@@ -414,7 +414,7 @@ async fn acquire_dropped_while_its_create_is_in_flight_leaves_the_lease_free_wit
 async fn dropped_grant_is_released(
     env: &common::Env,
     a: std::sync::Arc<tenure_kube::KubeBackend>,
-    link: std::sync::Arc<tenure_conformance::ProxyLink>,
+    link: std::sync::Arc<tenure_testkit::ProxyLink>,
     key: &str,
 ) {
     let raw = env.raw().await;
@@ -549,14 +549,14 @@ async fn a_waiting_candidate_waits_through_a_broken_connection() {
     let waiting = waits(&b, "broken-wait").await;
     // Every connection of b's reset for half a second: its watch breaks,
     // its reads of the Lease fail.
-    link.proxies()[0].set(tenure_conformance::proxy::Mode::Reset);
+    link.proxies()[0].set(tenure_testkit::proxy::Mode::Reset);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         !waiting.is_finished(),
         "b's waiting acquire ended while its connection was broken: {:?}",
         waiting.await.unwrap().0.map(|_| "granted")
     );
-    link.proxies()[0].set(tenure_conformance::proxy::Mode::Pass);
+    link.proxies()[0].set(tenure_testkit::proxy::Mode::Pass);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     a.release(&lease).await.expect("release");

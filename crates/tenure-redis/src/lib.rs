@@ -150,7 +150,7 @@ impl HeartbeatBackend for RedisBackend {
     }
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-        Ok(watch::start(self.clone(), self.redis_key(&key)))
+        watch::start(self.clone(), self.redis_key(&key)).await
     }
 }
 

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use redis::Value;
+use tenure_core::hosted::{watch_stream, Looks};
 use tenure_core::{LeaderEvent, Result};
-use tokio_stream::wrappers::WatchStream;
 
 use crate::answers::holder_of;
 use crate::RedisBackend;
@@ -15,46 +16,64 @@ use crate::RedisBackend;
 /// How long one master may take to answer a look.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
 
-pub(crate) fn start(backend: RedisBackend, key: String) -> BoxStream<'static, Result<LeaderEvent>> {
-    let (tx, rx) = tokio::sync::watch::channel::<Option<LeaderEvent>>(None);
-    tenure_core::heartbeat_runtime().spawn(run(backend, key, tx));
-    WatchStream::new(rx)
-        .filter_map(|event| futures::future::ready(event.map(Ok)))
-        .boxed()
-}
-
-async fn run(
+pub(crate) async fn start(
     backend: RedisBackend,
     key: String,
-    tx: tokio::sync::watch::Sender<Option<LeaderEvent>>,
-) {
-    let poll = backend.inner.options.watch_poll;
-    let mut wake = backend.subscribe(&key, LOOK_TIMEOUT).await;
-    loop {
-        if tx.is_closed() {
-            return;
-        }
-        let pause = match look(&backend, &key).await {
-            Some((event, free_in)) => {
-                tx.send_if_modified(|current| {
-                    if current.as_ref() == Some(&event) {
-                        return false;
+) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+    watch_stream(KeyLooks {
+        backend,
+        key,
+        wake: None,
+        pause: None,
+    })
+    .await
+}
+
+/// Looks at one key for a watch: at once, then whenever a message says it
+/// changed, when the holder's keys should expire, or `watch_poll` on.
+struct KeyLooks {
+    backend: RedisBackend,
+    key: String,
+    /// The key's change messages, from every master that took the
+    /// subscription; `None` before the first look.
+    wake: Option<BoxStream<'static, ()>>,
+    /// How long to wait for a message before the next look.
+    pause: Option<Duration>,
+}
+
+#[async_trait]
+impl Looks for KeyLooks {
+    /// A state once a majority of masters tells one: until then the looks
+    /// go on at the poll interval (the stream says nothing).
+    async fn next(&mut self) -> Result<LeaderEvent> {
+        let poll = self.backend.inner.options.watch_poll;
+        loop {
+            match (self.pause.take(), self.wake.as_mut()) {
+                (Some(pause), Some(wake)) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        message = wake.next() => {
+                            if message.is_none() {
+                                tokio::time::sleep(poll).await;
+                                self.wake = None;
+                            }
+                        }
                     }
-                    *current = Some(event);
-                    true
-                });
-                free_in.map_or(poll, |d| (d + Duration::from_millis(1)).min(poll * 4))
-            }
-            None => poll,
-        };
-        tokio::select! {
-            _ = tx.closed() => return,
-            _ = tokio::time::sleep(pause) => {}
-            message = wake.next() => {
-                if message.is_none() {
-                    tokio::time::sleep(poll).await;
-                    wake = backend.subscribe(&key, LOOK_TIMEOUT).await;
                 }
+                (Some(pause), None) => tokio::time::sleep(pause).await,
+                (None, _) => {}
+            }
+            if self.wake.is_none() {
+                self.wake = Some(self.backend.subscribe(&self.key, LOOK_TIMEOUT).await);
+            }
+            match look(&self.backend, &self.key).await {
+                Some((event, free_in)) => {
+                    self.pause = Some(
+                        free_in.map_or(poll, |d| (d + Duration::from_millis(1)).min(poll * 4)),
+                    );
+                    return Ok(event);
+                }
+                None => self.pause = Some(poll),
             }
         }
     }

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::{Link, LinkFault, ProxyLink};
+use tenure_conformance::{Link, LinkFault};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaseBackend,
 };
 use tenure_redis::redis::aio::MultiplexedConnection;
 use tenure_redis::{redlock_drift, RedisBackend, RedlockOptions};
+use tenure_testkit::harness::{Cluster, Topology};
+use tenure_testkit::ProxyLink;
 use tokio::time::Instant;
 
 /// Three masters, and a client of them whose link to each master is its own.

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use futures::stream::BoxStream;
-use futures::StreamExt;
-use tenure_core::hosted::bounded;
+use tenure_core::hosted::{bounded, watch_stream, Looks};
 use tenure_core::{LeaderEvent, Result};
 use zookeeper_client::{Client, Error as ZkError, EventType, OneshotWatcher};
 
@@ -73,13 +73,14 @@ struct Watcher {
     session: Arc<Session>,
     election: String,
     settings: Arc<Settings>,
+    /// The watch set by the last look; `None` before the first.
     pending: Option<OneshotWatcher>,
-    last: Option<LeaderEvent>,
 }
 
-impl Watcher {
-    /// The next leader state that differs from the last one reported; an
-    /// error once the session ends or is closed.
+#[async_trait]
+impl Looks for Watcher {
+    /// The leader now, then after each change of the election's children
+    /// (or existence); an error once the session ends or is closed.
     async fn next(&mut self) -> Result<LeaderEvent> {
         let session = self.session.clone();
         session
@@ -87,25 +88,26 @@ impl Watcher {
             .await
             .unwrap_or_else(|| Err(unavailable("the ZooKeeper session of a watch was closed")))
     }
+}
 
+impl Watcher {
     async fn next_change(&mut self) -> Result<LeaderEvent> {
-        loop {
-            if let Some(watcher) = self.pending.take() {
+        let first = match self.pending.take() {
+            None => true,
+            Some(watcher) => {
                 let event = watcher.changed().await;
                 if event.event_type == EventType::Session && event.session_state.is_terminated() {
                     return Err(unavailable("the ZooKeeper session of a watch ended"));
                 }
+                false
             }
-            // A client only for this look: a watch waiting for its next
-            // change holds none, so it never keeps a closed session open.
-            let client = self.session.client()?;
-            let first = self.last.is_none();
-            let (event, watcher) = current(&client, &self.election, &self.settings, first).await?;
-            self.pending = Some(watcher);
-            if self.last.as_ref() != Some(&event) {
-                return Ok(event);
-            }
-        }
+        };
+        // A client only for this look: a watch waiting for its next
+        // change holds none, so it never keeps a closed session open.
+        let client = self.session.client()?;
+        let (event, watcher) = current(&client, &self.election, &self.settings, first).await?;
+        self.pending = Some(watcher);
+        Ok(event)
     }
 }
 
@@ -114,27 +116,11 @@ pub(crate) async fn watch(
     election: String,
     settings: Arc<Settings>,
 ) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
-    let mut watcher = Watcher {
+    watch_stream(Watcher {
         session,
         election,
         settings,
         pending: None,
-        last: None,
-    };
-    let first = watcher.next().await?;
-    watcher.last = Some(first.clone());
-    let rest = futures::stream::unfold(Some(watcher), |state| async move {
-        let mut watcher = state?;
-        match watcher.next().await {
-            Ok(event) => {
-                watcher.last = Some(event.clone());
-                Some((Ok(event), Some(watcher)))
-            }
-            // Report the error and end; `Elector::observe` re-watches with back-off.
-            Err(error) => Some((Err(error), None)),
-        }
-    });
-    Ok(futures::stream::once(async move { Ok(first) })
-        .chain(rest)
-        .boxed())
+    })
+    .await
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{connect, zookeeper, TTL};
 use futures::StreamExt;
-use tenure_conformance::harness::Cluster;
 use tenure_core::Elector;
+use tenure_testkit::harness::Cluster;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::time::{timeout, Instant};

@@ -10,13 +10,13 @@ use common::{
     TTL,
 };
 use futures::StreamExt;
-use tenure_conformance::harness::{wait_for, Cluster, Topology};
-use tenure_conformance::proxy::{FaultProxy, Mode};
-use tenure_conformance::ProxyLink;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaderEvent,
     Lease, LeaseBackend,
 };
+use tenure_testkit::harness::{wait_for, Cluster, Topology};
+use tenure_testkit::proxy::{FaultProxy, Mode};
+use tenure_testkit::ProxyLink;
 use tenure_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::time::Instant;
@@ -977,12 +977,12 @@ struct CreateSeen {
     created: Arc<tokio::sync::Notify>,
 }
 
-impl tenure_conformance::proxy::Tap for CreateSeen {
+impl tenure_testkit::proxy::Tap for CreateSeen {
     fn connection(
         &self,
     ) -> (
-        tenure_conformance::proxy::Observer,
-        tenure_conformance::proxy::Observer,
+        tenure_testkit::proxy::Observer,
+        tenure_testkit::proxy::Observer,
     ) {
         let created = self.created.clone();
         let mut pending = Vec::new();

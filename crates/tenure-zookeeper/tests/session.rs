@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{candidacy_with_ttl, children, connect_to, owned_by, plain, zookeeper, TTL};
-use tenure_conformance::harness::{wait_for, Cluster, Topology, ZooKeeperNodeSettings};
-use tenure_conformance::proxy::Mode;
-use tenure_conformance::ProxyLink;
 use tenure_core::{AcquireMode, Error, LeaseBackend};
+use tenure_testkit::harness::{wait_for, Cluster, Topology, ZooKeeperNodeSettings};
+use tenure_testkit::proxy::Mode;
+use tenure_testkit::ProxyLink;
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

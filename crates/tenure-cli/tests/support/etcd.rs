@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tenure::etcd::etcd_client::GetOptions;
 use tenure::etcd::{EtcdBackend, EtcdOptions};
-use tenure_conformance::harness::{Cluster, Topology};
+use tenure_testkit::harness::{Cluster, Topology};
 
 /// Where the tests' elections live on the server.
 const PREFIX: &str = "tenure-cli-test/";

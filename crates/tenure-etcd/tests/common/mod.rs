@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::ProxyLink;
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend,
 };
 use tenure_etcd::{EtcdBackend, EtcdOptions};
+use tenure_testkit::harness::{Cluster, Topology};
+use tenure_testkit::ProxyLink;
 
 pub const TTL: Duration = Duration::from_secs(2);
 
@@ -55,7 +55,7 @@ pub async fn hold(backend: &EtcdBackend, key: &str, who: &str) -> Lease {
 
 /// The key of `who`'s candidacy under `prefix`, once it exists.
 pub async fn key_of(backend: &EtcdBackend, prefix: &str, who: &str) -> String {
-    tenure_conformance::harness::wait_for(
+    tenure_testkit::harness::wait_for(
         format!("{who}'s key under {prefix}"),
         Duration::from_secs(5),
         || async {

@@ -14,11 +14,11 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::chrono::{DateTime, Utc};
 use kube::Api;
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::{kube_config_for, LeaseServer};
-use tenure_conformance::ProxyLink;
 use tenure_core::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, LeaseBackend};
 use tenure_kube::{Fencing, KubeBackend, KubeOptions};
+use tenure_lease_server::{kube_config_for, LeaseServer};
+use tenure_testkit::harness::{Cluster, Topology};
+use tenure_testkit::ProxyLink;
 use tokio::time::sleep;
 
 /// The TTL tenure candidates use, and the Go-style holders' leaseDurationSeconds.

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_conformance::harness::{Cluster, Topology};
 use tenure_core::{
     AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend,
 };
+use tenure_testkit::harness::{Cluster, Topology};
 use tenure_zookeeper::zookeeper_client::Client;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 
@@ -99,7 +99,7 @@ pub async fn owned_by(client: &Client, path: &str, session: i64) -> Vec<String> 
 
 /// Waits until the election node has `n` children.
 pub async fn until_children(client: &Client, path: &str, n: usize) {
-    tenure_conformance::harness::wait_for(
+    tenure_testkit::harness::wait_for(
         format!("{n} children of {path}"),
         Duration::from_secs(10),
         || async move { (children(client, path).await.len() == n).then_some(()) },

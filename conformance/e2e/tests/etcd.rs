@@ -5,79 +5,58 @@
 //! `target/conformance/etcd-1node.md`, `target/conformance/etcd-3node.md` and
 //! `target/conformance/etcd-1node-auth.md`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-
-use async_trait::async_trait;
 use std::time::Duration;
 
-use tenure_conformance::harness::{Cluster, EtcdAuth, EtcdTokens, ServerStats, Topology};
+use async_trait::async_trait;
 use tenure_conformance::planted::Planted;
-use tenure_conformance::{
-    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
-    ServerFaults, Target,
-};
-use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
+use tenure_conformance::{BackendFactory, ServerFaults, Target};
+use tenure_core::{ElectionKey, LeaseBackend, Result};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
+use tenure_testkit::harness::{Cluster, EtcdAuth, EtcdTokens, ServerStats, Topology};
+use tenure_testkit::{harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams};
 
-struct EtcdFactory {
-    name: &'static str,
+struct Etcd {
     cluster: Arc<Cluster>,
     servers: ClusterServers,
     /// A client without proxies, for looking at the server.
     inspector: EtcdBackend,
-    /// Every client's proxies, kept for the factory's life: a case may drop
-    /// its `Client` and keep only the backend (inside an Elector).
-    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
-    /// The servers' version, read once at start (and their auth, if on).
-    version: Option<String>,
     /// etcd's user and password, when auth is on.
     user: Option<(String, String)>,
 }
 
-fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::Backend {
-        backend: "harness",
-        source: Box::new(e),
-    }
+async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+    let cluster = Cluster::start(Topology::Etcd { nodes })
+        .await
+        .expect("etcd cluster");
+    deploy(cluster, name).await
 }
 
-impl EtcdFactory {
-    /// `count` over the counters summed across the cluster's nodes.
-    async fn total(&self, count: fn(&ServerStats) -> u64) -> Result<u64> {
-        self.cluster
-            .stats_total()
-            .await
-            .map(|s| count(&s))
-            .map_err(harness)
-    }
+/// The deployment users run: auth on, tokens dropped after 3 s unused.
+async fn start_with_auth(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+    let tokens = EtcdTokens::Simple {
+        ttl: Duration::from_secs(3),
+    };
+    let cluster = Cluster::start_etcd_with_auth(nodes, EtcdAuth::new(tokens))
+        .await
+        .expect("auth-enabled etcd cluster");
+    deploy(cluster, name).await
+}
 
-    async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
-        let cluster = Cluster::start(Topology::Etcd { nodes })
+async fn deploy(cluster: Cluster, name: &'static str) -> Arc<dyn BackendFactory> {
+    let user = cluster
+        .etcd_auth()
+        .map(|auth| ("root".to_string(), auth.root_password.clone()));
+    let inspector = EtcdBackend::connect(&cluster.endpoints(), options(&user))
+        .await
+        .expect("inspector client");
+    let version =
+        cluster
+            .server_version()
             .await
-            .expect("etcd cluster");
-        Self::with(cluster, name).await
-    }
-
-    /// The deployment users run: auth on, tokens dropped after 3 s unused.
-    async fn start_with_auth(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
-        let tokens = EtcdTokens::Simple {
-            ttl: Duration::from_secs(3),
-        };
-        let cluster = Cluster::start_etcd_with_auth(nodes, EtcdAuth::new(tokens))
-            .await
-            .expect("auth-enabled etcd cluster");
-        Self::with(cluster, name).await
-    }
-
-    async fn with(cluster: Cluster, name: &'static str) -> Arc<dyn BackendFactory> {
-        let user = cluster
-            .etcd_auth()
-            .map(|auth| ("root".to_string(), auth.root_password.clone()));
-        let inspector = EtcdBackend::connect(&cluster.endpoints(), options(&user))
-            .await
-            .expect("inspector client");
-        let version = cluster.server_version().await.ok().map(|v| {
-            match cluster.etcd_auth().map(|a| &a.tokens) {
+            .ok()
+            .map(|v| match cluster.etcd_auth().map(|a| &a.tokens) {
                 Some(EtcdTokens::Simple { ttl }) => format!(
                     "{v}, auth on (root user, simple tokens, --auth-token-ttl={})",
                     ttl.as_secs()
@@ -89,18 +68,33 @@ impl EtcdFactory {
                     )
                 }
                 None => v,
-            }
-        });
-        let cluster = Arc::new(cluster);
-        Arc::new(EtcdFactory {
-            name,
-            servers: ClusterServers::new(cluster.clone()),
-            cluster,
-            inspector,
-            proxies: Default::default(),
-            version,
-            user,
-        })
+            });
+    let cluster = Arc::new(cluster);
+    let capabilities = inspector.capabilities();
+    let etcd = Etcd {
+        servers: ClusterServers::new(cluster.clone()),
+        cluster,
+        inspector,
+        user,
+    };
+    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+    Arc::new(ClusterFactory::new(
+        name,
+        etcd,
+        capabilities,
+        version,
+        program,
+    ))
+}
+
+impl Etcd {
+    /// `count` over the counters summed across the cluster's nodes.
+    async fn total(&self, count: fn(&ServerStats) -> u64) -> Result<u64> {
+        self.cluster
+            .stats_total()
+            .await
+            .map(|s| count(&s))
+            .map_err(harness_error)
     }
 
     async fn count_keys(&self, key: &ElectionKey) -> Result<usize> {
@@ -113,32 +107,33 @@ impl EtcdFactory {
             .kv_client()
             .get(format!("{}/", key.as_str()), Some(options))
             .await
-            .map_err(harness)?;
+            .map_err(harness_error)?;
         Ok(answer.count() as usize)
     }
 }
 
 #[async_trait]
-impl BackendFactory for EtcdFactory {
-    fn name(&self) -> &str {
-        self.name
+impl Deployment for Etcd {
+    fn upstreams(&self) -> Upstreams {
+        Upstreams::Nodes(self.cluster.nodes().iter().map(|n| n.addr()).collect())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inspector.capabilities()
-    }
-
-    async fn client(&self) -> Result<Client> {
-        let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
-        let (link, addrs) = ProxyLink::start_all(&nodes).await?;
-        link.numbers_nodes();
-        let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
+        let endpoints: Vec<String> = through.iter().map(|a| a.to_string()).collect();
         let backend = EtcdBackend::connect(&endpoints, options(&self.user)).await?;
-        self.proxies.lock().unwrap().push(link.clone());
-        Ok(Client {
-            backend: Arc::new(backend),
-            link: Some(link),
-        })
+        Ok(Arc::new(backend))
+    }
+
+    fn candidate_url(&self) -> String {
+        let endpoints = self.cluster.endpoints().join(",");
+        match &self.user {
+            Some((user, password)) => format!("etcd://{user}:{password}@{endpoints}"),
+            None => format!("etcd://{endpoints}"),
+        }
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(&self.servers)
     }
 
     async fn server_writes(&self) -> Option<Result<u64>> {
@@ -149,7 +144,7 @@ impl BackendFactory for EtcdFactory {
                 .leader_stats()
                 .await
                 .map(|s| s.get("etcd_server_proposals_committed_total"))
-                .map_err(harness),
+                .map_err(harness_error),
         )
     }
 
@@ -172,16 +167,6 @@ impl BackendFactory for EtcdFactory {
         Some(self.count_keys(key).await.map(|n| n > 0))
     }
 
-    async fn quiesce(&self) -> Result<()> {
-        // Leases earlier cases left to expire: their revocations are writes.
-        let quiet = self.timing().ttl + self.capabilities().expiry_slack;
-        until_writes_settle(self, quiet, quiet * 4).await.map(drop)
-    }
-
-    async fn server_version(&self) -> Option<String> {
-        self.version.clone()
-    }
-
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
         let options = tenure_etcd::etcd_client::DeleteOptions::new().with_prefix();
         Some(
@@ -191,34 +176,17 @@ impl BackendFactory for EtcdFactory {
                 .delete(format!("{}/", key.as_str()), Some(options))
                 .await
                 .map(drop)
-                .map_err(harness),
+                .map_err(harness_error),
         )
     }
 
     async fn compact_history(&self) -> Option<Result<()>> {
         Some(
-            tenure_conformance::compact_etcd(self.inspector.client())
+            tenure_lease_server::compact_etcd(self.inspector.client())
                 .await
                 .map(drop)
-                .map_err(harness),
+                .map_err(harness_error),
         )
-    }
-
-    fn servers(&self) -> Option<&dyn ServerFaults> {
-        Some(&self.servers)
-    }
-
-    fn candidate(&self) -> Option<CandidateCommand> {
-        Some(CandidateCommand {
-            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
-            url: match &self.user {
-                Some((user, password)) => format!(
-                    "etcd://{user}:{password}@{}",
-                    self.cluster.endpoints().join(",")
-                ),
-                None => format!("etcd://{}", self.cluster.endpoints().join(",")),
-            },
-        })
     }
 }
 
@@ -274,7 +242,7 @@ fn main() -> std::process::ExitCode {
             .try_init();
     }
     tenure_conformance::run_targets(vec![
-        Target::new("single", || EtcdFactory::start(1, "etcd-1node"))
+        Target::new("single", || start(1, "etcd-1node"))
             .expect_skips(&[
                 ANY_KEY,
                 "server_node_killed_leader_survives_or_fails_over",
@@ -286,13 +254,10 @@ fn main() -> std::process::ExitCode {
                 NO_MAX_TTL,
             ])
             .with_planted_bugs(Planted::ALL),
-        Target::new("three", || EtcdFactory::start(3, "etcd-3node"))
+        Target::new("three", || start(3, "etcd-3node"))
             .expect_skips(&[ANY_KEY, SHRUNK, NO_MAX_TTL])
             .expect_broken(&[STALLED_LEADER]),
-        Target::new("auth", || {
-            EtcdFactory::start_with_auth(1, "etcd-1node-auth")
-        })
-        .expect_skips(&[
+        Target::new("auth", || start_with_auth(1, "etcd-1node-auth")).expect_skips(&[
             ANY_KEY,
             "server_node_killed_leader_survives_or_fails_over",
             "holders_server_node_paused_longer_than_ttl",

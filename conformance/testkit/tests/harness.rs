@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bollard::models::NetworkCreateRequest;
 use bollard::Docker;
-use tenure_conformance::harness::probe::{self, Resp};
-use tenure_conformance::harness::{
+use tenure_testkit::harness::probe::{self, Resp};
+use tenure_testkit::harness::{
     leftovers, sweep, wait_for, Cluster, HarnessError, Image, Topology, LABEL,
 };
 

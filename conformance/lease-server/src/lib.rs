@@ -14,6 +14,18 @@
 //! Each instance runs on a thread and runtime of its own, so [`LeaseServer::kill`]
 //! drops every connection at once, as a killed apiserver does.
 
+// DESIGN. kube-apiserver's Lease endpoints, as strict as the real one, over
+// etcd as its storage: the Kubernetes backend's tests trust what it answers.
+//   lib.rs         LeaseServer: start, kill, restart, expire watches
+//   api.rs         the HTTP routes: get, list or watch, create, update, delete
+//   store.rs       Leases in etcd: resourceVersion = mod revision, writes as txns
+//   watch.rs       watch over etcd's watch: events, bookmarks, 410 Expired
+//   status.rs      kube-style Status bodies and 422 field errors
+//   faults.rs      answers a real apiserver gives that this one would not
+//                  (a committed write answered 500, refused reads), set by tests
+//   kubeconfig.rs  kubeconfigs and kube:// URLs that reach a server
+//   main.rs        the `tenure-lease-server` command
+
 mod api;
 mod faults;
 mod kubeconfig;
@@ -27,9 +39,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::serve::ListenerExt;
-use tenure_kube::kube;
 
-use crate::harness::HarnessError;
+use tenure_testkit::harness::HarnessError;
 
 pub use faults::Requests;
 pub use kubeconfig::{kube_config_for, kube_url, kubeconfig_yaml, KubeconfigFile};

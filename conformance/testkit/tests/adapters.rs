@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tenure_conformance::harness::{leftovers, probe, wait_for, Cluster, Topology};
 use tenure_conformance::suite::RECOVERY;
-use tenure_conformance::{ClusterServers, Link, LinkFault, ProxyLink, ServerFaults};
+use tenure_conformance::{Link, LinkFault, ServerFaults};
+use tenure_testkit::harness::{leftovers, probe, wait_for, Cluster, Topology};
+use tenure_testkit::{ClusterServers, ProxyLink};
 
 /// GET /health through `addr` on a fresh connection, within `timeout`.
 async fn health(addr: SocketAddr, timeout: Duration) -> reqwest::Result<String> {

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use tenure_conformance::lease_server::LeaseServer;
+use tenure_lease_server::LeaseServer;
 
 #[tokio::main]
 async fn main() -> ExitCode {

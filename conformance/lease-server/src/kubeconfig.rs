@@ -5,9 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tenure_kube::kube;
-
-use crate::harness::HarnessError;
+use tenure_testkit::harness::HarnessError;
 
 /// A kubeconfig whose current context reaches a Lease server (or a proxy in
 /// front of one) at `addr`, namespace `default`, no credentials.

@@ -2,19 +2,19 @@
 //! ensemble, each client behind its own fault proxy. Reports:
 //! `target/conformance/zookeeper-1node.md` and `target/conformance/zookeeper-3node.md`.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_conformance::harness::{wait_for, Cluster, Topology};
 use tenure_conformance::planted::Planted;
-use tenure_conformance::taps::ZooKeeperMessages;
-use tenure_conformance::{
-    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
-    ServerFaults, Target, Timing,
-};
-use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
+use tenure_conformance::{BackendFactory, ServerFaults, Target, Timing};
+use tenure_core::{Capabilities, ElectionKey, LeaseBackend, Result};
+use tenure_testkit::harness::{wait_for, Cluster, Topology};
+use tenure_testkit::proxy::Tap;
+use tenure_testkit::taps::ZooKeeperMessages;
+use tenure_testkit::{harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams};
 use tenure_zookeeper::zookeeper_client::Error as ZkError;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 
@@ -36,14 +36,11 @@ fn options() -> ZooKeeperOptions {
         .with_tick_time(TICK_TIME)
 }
 
-struct ZooKeeperFactory {
-    name: &'static str,
+struct ZooKeeper {
     cluster: Arc<Cluster>,
     servers: ClusterServers,
     /// A client without proxies, for looking at the servers.
     inspector: ZooKeeperBackend,
-    /// Every client's proxies, kept for the factory's life.
-    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
     /// Sessions opened by `client()` itself: making a client is not an
     /// operation the suite counts (on etcd it writes nothing), but opening a
     /// ZooKeeper session is a transaction, and so is closing it; so every
@@ -55,55 +52,52 @@ struct ZooKeeperFactory {
     backends: std::sync::Mutex<Vec<Arc<ZooKeeperBackend>>>,
     /// What every client's proxies carried: requests and watch events.
     messages: ZooKeeperMessages,
-    /// The servers' version, read once at start.
-    version: Option<String>,
 }
 
-fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::Backend {
-        backend: "harness",
-        source: Box::new(e),
+async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+    // `TENURE_LOG=tenure_zookeeper=debug` (with `--nocapture`) logs the backend.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
     }
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes })
+        .await
+        .expect("ZooKeeper ensemble");
+    let inspector = ZooKeeperBackend::connect(&cluster.endpoints().join(","), options())
+        .await
+        .expect("inspector client");
+    let version = cluster.server_version().await.ok();
+    let cluster = Arc::new(cluster);
+    let capabilities = inspector.capabilities();
+    let zookeeper = ZooKeeper {
+        servers: ClusterServers::new(cluster.clone()),
+        cluster,
+        inspector,
+        sessions_opened: AtomicU64::new(0),
+        sessions_closed: AtomicU64::new(0),
+        backends: Default::default(),
+        messages: ZooKeeperMessages::new(),
+    };
+    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+    Arc::new(ClusterFactory::new(
+        name,
+        zookeeper,
+        capabilities,
+        version,
+        program,
+    ))
 }
 
-impl ZooKeeperFactory {
-    async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
-        // `TENURE_LOG=tenure_zookeeper=debug` (with `--nocapture`) logs the backend.
-        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .try_init();
-        }
-        let cluster = Cluster::start(Topology::ZooKeeper { nodes })
-            .await
-            .expect("ZooKeeper ensemble");
-        let inspector = ZooKeeperBackend::connect(&cluster.endpoints().join(","), options())
-            .await
-            .expect("inspector client");
-        let version = cluster.server_version().await.ok();
-        let cluster = Arc::new(cluster);
-        Arc::new(ZooKeeperFactory {
-            name,
-            servers: ClusterServers::new(cluster.clone()),
-            cluster,
-            inspector,
-            proxies: Default::default(),
-            sessions_opened: AtomicU64::new(0),
-            sessions_closed: AtomicU64::new(0),
-            backends: Default::default(),
-            messages: ZooKeeperMessages::new(),
-            version,
-        })
-    }
-
+impl ZooKeeper {
     /// The leader's zxid, low 32 bits (they count within an epoch).
     async fn zxid(&self) -> Result<u64> {
         self.cluster
             .leader_stats()
             .await
             .map(|s| s.get("zxid") & 0xffff_ffff)
-            .map_err(harness)
+            .map_err(harness_error)
     }
 
     async fn count_children(&self, key: &ElectionKey) -> Result<usize> {
@@ -115,12 +109,12 @@ impl ZooKeeperFactory {
             Ok(children) => Ok(children.len()),
             // A path the server refuses holds nothing.
             Err(ZkError::NoNode | ZkError::BadArguments(_)) => Ok(0),
-            Err(e) => Err(harness(e)),
+            Err(e) => Err(harness_error(e)),
         }
     }
 }
 
-impl ZooKeeperFactory {
+impl ZooKeeper {
     /// Deletes the election nodes earlier cases left empty, and returns how
     /// many. tenure creates election nodes as containers, and the quorum
     /// leader's ContainerManager deletes empty ones once a minute (counted
@@ -139,7 +133,7 @@ impl ZooKeeperFactory {
         let elections = match client.list_children(root).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(0),
-            Err(e) => return Err(harness(e)),
+            Err(e) => return Err(harness_error(e)),
         };
         let mut deleted = 0;
         for name in elections.iter().filter(|n| n.starts_with("tc.")) {
@@ -155,22 +149,22 @@ impl ZooKeeperFactory {
         // The inspector's server may lag the grant just made: catch up first.
         match client.sync(&path).await {
             Ok(()) | Err(ZkError::NoNode) => {}
-            Err(e) => return Err(harness(e)),
+            Err(e) => return Err(harness_error(e)),
         }
         let children = match client.list_children(&path).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(()),
-            Err(e) => return Err(harness(e)),
+            Err(e) => return Err(harness_error(e)),
         };
         for child in children {
             match client.delete(&format!("{path}/{child}"), None).await {
                 Ok(()) | Err(ZkError::NoNode) => {}
-                Err(e) => return Err(harness(e)),
+                Err(e) => return Err(harness_error(e)),
             }
         }
         match client.delete(&path, None).await {
             Ok(()) | Err(ZkError::NoNode | ZkError::NotEmpty) => Ok(()),
-            Err(e) => Err(harness(e)),
+            Err(e) => Err(harness_error(e)),
         }
     }
 }
@@ -186,7 +180,7 @@ fn delete_if_empty<'a>(
         let children = match client.list_children(path).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(0),
-            Err(e) => return Err(harness(e)),
+            Err(e) => return Err(harness_error(e)),
         };
         for child in children {
             let child_path = format!("{path}/{child}");
@@ -195,29 +189,51 @@ fn delete_if_empty<'a>(
                 Ok(Some(stat)) if stat.ephemeral_owner != 0 => return Ok(deleted),
                 Ok(Some(_)) => deleted += delete_if_empty(client, &child_path).await?,
                 Ok(None) => {}
-                Err(e) => return Err(harness(e)),
+                Err(e) => return Err(harness_error(e)),
             }
         }
         match client.delete(path, None).await {
             Ok(()) => Ok(deleted + 1),
             Err(ZkError::NoNode | ZkError::NotEmpty) => Ok(deleted),
-            Err(e) => Err(harness(e)),
+            Err(e) => Err(harness_error(e)),
         }
     })
 }
 
 #[async_trait]
-impl BackendFactory for ZooKeeperFactory {
-    fn name(&self) -> &str {
-        self.name
+impl Deployment for ZooKeeper {
+    fn upstreams(&self) -> Upstreams {
+        Upstreams::Nodes(self.cluster.nodes().iter().map(|n| n.addr()).collect())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inspector.capabilities()
+    fn tap(&self) -> Option<Arc<dyn Tap>> {
+        Some(Arc::new(self.messages.clone()))
     }
 
-    fn timing(&self) -> Timing {
-        let mut timing = Timing::for_capabilities(&self.capabilities());
+    async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
+        let endpoints: Vec<String> = through.iter().map(|a| a.to_string()).collect();
+        let backend = ZooKeeperBackend::connect(&endpoints.join(","), options()).await?;
+        self.sessions_opened.fetch_add(1, Ordering::SeqCst);
+        let backend = Arc::new(backend);
+        self.backends.lock().unwrap().push(backend.clone());
+        Ok(backend)
+    }
+
+    fn candidate_url(&self) -> String {
+        format!(
+            "zk://{}?session_timeout={}ms&tick_time={}ms",
+            self.cluster.endpoints().join(","),
+            SESSION_TIMEOUT.as_millis(),
+            TICK_TIME.as_millis()
+        )
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(&self.servers)
+    }
+
+    fn timing(&self, capabilities: &Capabilities) -> Timing {
+        let mut timing = Timing::for_capabilities(capabilities);
         // The follower gives up on the leader after syncLimit ticks without
         // a packet from it, then shuts its server down, dropping clients
         // (a tick's allowance), and they connect elsewhere.
@@ -258,24 +274,7 @@ impl BackendFactory for ZooKeeperFactory {
         )
     }
 
-    async fn client(&self) -> Result<Client> {
-        let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
-        let tap = Arc::new(self.messages.clone());
-        let (link, addrs) = ProxyLink::start_all_tapped(&nodes, Some(tap)).await?;
-        link.numbers_nodes();
-        let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-        let backend = ZooKeeperBackend::connect(&endpoints.join(","), options()).await?;
-        self.sessions_opened.fetch_add(1, Ordering::SeqCst);
-        let backend = Arc::new(backend);
-        self.backends.lock().unwrap().push(backend.clone());
-        self.proxies.lock().unwrap().push(link.clone());
-        Ok(Client {
-            backend,
-            link: Some(link),
-        })
-    }
-
-    async fn quiesce(&self) -> Result<()> {
+    async fn quiesce(&self, factory: &ClusterFactory<Self>) -> Result<()> {
         // Clients no case holds any more (only this factory has them): close
         // their sessions, whose pings every eighth of the TTL through their
         // proxies load a 2-core machine. Dropping a session's last handle
@@ -289,11 +288,10 @@ impl BackendFactory for ZooKeeperFactory {
             idle
         };
         // Sessions earlier cases left to expire: their ends are writes.
-        let quiet = self.timing().ttl + self.capabilities().expiry_slack;
         let cleared = self.clear_emptied_elections().await?;
         tracing::debug!(cleared, "election nodes earlier cases left empty, deleted");
         if idle.is_empty() {
-            return until_writes_settle(self, quiet, quiet * 4).await.map(drop);
+            return factory.writes_settled().await;
         }
         let mut open = 0;
         for backend in &idle {
@@ -301,10 +299,7 @@ impl BackendFactory for ZooKeeperFactory {
         }
         let before = self.zxid().await?;
         drop(idle);
-        self.proxies
-            .lock()
-            .unwrap()
-            .retain(|link| Arc::strong_count(link) > 1);
+        factory.forget_unused_proxies();
         self.sessions_closed.fetch_add(open, Ordering::SeqCst);
         wait_for(
             format!("{open} closed sessions committed"),
@@ -312,8 +307,8 @@ impl BackendFactory for ZooKeeperFactory {
             || async { (self.zxid().await.ok()? >= before + open).then_some(()) },
         )
         .await
-        .map_err(harness)?;
-        until_writes_settle(self, quiet, quiet * 4).await.map(drop)
+        .map_err(harness_error)?;
+        factory.writes_settled().await
     }
 
     async fn server_writes(&self) -> Option<Result<u64>> {
@@ -344,28 +339,8 @@ impl BackendFactory for ZooKeeperFactory {
         Some(self.count_children(key).await.map(|n| n > 0))
     }
 
-    async fn server_version(&self) -> Option<String> {
-        self.version.clone()
-    }
-
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
         Some(self.wipe(key).await)
-    }
-
-    fn servers(&self) -> Option<&dyn ServerFaults> {
-        Some(&self.servers)
-    }
-
-    fn candidate(&self) -> Option<CandidateCommand> {
-        Some(CandidateCommand {
-            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
-            url: format!(
-                "zk://{}?session_timeout={}ms&tick_time={}ms",
-                self.cluster.endpoints().join(","),
-                SESSION_TIMEOUT.as_millis(),
-                TICK_TIME.as_millis()
-            ),
-        })
     }
 }
 
@@ -379,7 +354,7 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 
 fn main() -> std::process::ExitCode {
     tenure_conformance::run_targets(vec![
-        Target::new("single", || ZooKeeperFactory::start(1, "zookeeper-1node"))
+        Target::new("single", || start(1, "zookeeper-1node"))
             .expect_skips(&[
                 "server_node_killed_leader_survives_or_fails_over",
                 "holders_server_node_paused_longer_than_ttl",
@@ -397,7 +372,6 @@ fn main() -> std::process::ExitCode {
             // starting the session's timeout again on the servers) and by the
             // servers expiring sessions only at a tick. etcd and memory run them.
             .with_planted_bugs(&[Planted::ReleaseByName, Planted::DeadlineTooLate]),
-        Target::new("three", || ZooKeeperFactory::start(3, "zookeeper-3node"))
-            .expect_skips(&[NO_HISTORY]),
+        Target::new("three", || start(3, "zookeeper-3node")).expect_skips(&[NO_HISTORY]),
     ])
 }

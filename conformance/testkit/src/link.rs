@@ -6,8 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure_core::{Error, Result};
 
-use crate::factory::{Link, LinkFault};
 use crate::proxy::{FaultProxy, Mode, Tap};
+use tenure_conformance::{Link, LinkFault};
 
 /// The link of one client: one [`FaultProxy`] in front of each server
 /// endpoint the client uses, all switched together, so a client of a
@@ -54,7 +54,7 @@ impl ProxyLink {
     }
 
     /// Says that the proxies stand in front of the server nodes, in the
-    /// order [`ServerFaults`](crate::ServerFaults) numbers them: the link
+    /// order [`ServerFaults`](tenure_conformance::ServerFaults) numbers them: the link
     /// then tells which nodes the client uses ([`Link::nodes_in_use`]).
     pub fn numbers_nodes(&self) {
         self.numbers_nodes

@@ -8,8 +8,8 @@ use super::docker;
 use super::error::{HarnessError, Result};
 
 /// The image version the harness needs; bumped whenever its contents change.
-const VERSION: &str = include_str!("../../image/VERSION");
-const BUILD_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/image/build.sh");
+const VERSION: &str = include_str!("../../../image/VERSION");
+const BUILD_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../image/build.sh");
 
 /// Serializes builders within this process; `build.sh` itself holds a file
 /// lock (`flock` on `$TENURE_IMAGE_CACHE/build.lock`), which serializes test

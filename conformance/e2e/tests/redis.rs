@@ -8,79 +8,68 @@
 //! `target/conformance/redis-1master.md`, `redis-3masters.md`.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use tenure_conformance::harness::{Cluster, Topology};
 use tenure_conformance::suite::{run_case, Cx, Failure, Holder, Meta, Quiet, Step, TermId};
-use tenure_conformance::{
-    BackendFactory, CandidateCommand, CaseReport, Client, ClusterServers, LinkFault, ProxyLink,
-    ServerFaults, Target,
-};
-use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, Capabilities, ElectionKey, Error, Lease, LeaseBackend,
-    Result,
-};
+use tenure_conformance::{BackendFactory, CaseReport, Client, LinkFault, ServerFaults, Target};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, ElectionKey, Lease, LeaseBackend, Result};
 use tenure_redis::redis::aio::MultiplexedConnection;
 use tenure_redis::{RedisBackend, RedlockOptions};
+use tenure_testkit::harness::{Cluster, Topology};
+use tenure_testkit::{harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams};
 use tokio::time::Instant;
 
-struct RedisFactory {
-    name: &'static str,
+struct Redis {
     cluster: Arc<Cluster>,
     servers: ClusterServers,
-    /// One client per master without proxies, for looking at the servers.
-    inspector: RedisBackend,
-    /// Every client's proxies, kept for the factory's life.
-    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
-    version: Option<String>,
 }
 
-fn harness(e: impl std::fmt::Display) -> Error {
-    Error::Backend {
-        backend: "harness",
-        source: e.to_string().into(),
-    }
-}
+type RedisFactory = ClusterFactory<Redis>;
 
 /// The key prefix of every client (the backend's default).
 fn stored(key: &ElectionKey) -> String {
     format!("{}{}", RedlockOptions::default().key_prefix, key.as_str())
 }
 
-impl RedisFactory {
-    async fn start(masters: usize, name: &'static str) -> Arc<RedisFactory> {
-        let cluster = Cluster::start(Topology::Redis { masters })
-            .await
-            .expect("redis masters");
-        let inspector = RedisBackend::builder(&cluster.endpoints())
-            .allow_unfenced()
-            .connect()
-            .await
-            .expect("inspector client");
-        let version = cluster.server_version().await.ok();
-        let cluster = Arc::new(cluster);
-        Arc::new(RedisFactory {
-            name,
-            servers: ClusterServers::new(cluster.clone()),
-            cluster,
-            inspector,
-            proxies: Default::default(),
-            version,
-        })
-    }
+async fn deploy(masters: usize, name: &'static str) -> Arc<RedisFactory> {
+    let cluster = Cluster::start(Topology::Redis { masters })
+        .await
+        .expect("redis masters");
+    let inspector = RedisBackend::builder(&cluster.endpoints())
+        .allow_unfenced()
+        .connect()
+        .await
+        .expect("inspector client");
+    let version = cluster.server_version().await.ok();
+    let cluster = Arc::new(cluster);
+    let redis = Redis {
+        servers: ClusterServers::new(cluster.clone()),
+        cluster,
+    };
+    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+    Arc::new(ClusterFactory::new(
+        name,
+        redis,
+        inspector.capabilities(),
+        version,
+        program,
+    ))
+}
 
+impl Redis {
     /// A plain connection to master `index`.
     async fn master(&self, index: usize) -> Result<MultiplexedConnection> {
-        let node = self.cluster.node(index).map_err(harness)?;
+        let node = self.cluster.node(index).map_err(harness_error)?;
         let client = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint()))
-            .map_err(harness)?;
+            .map_err(harness_error)?;
         client
             .get_multiplexed_async_connection()
             .await
-            .map_err(harness)
+            .map_err(harness_error)
     }
 
     /// Runs `cmd` on every master that serves, answers by master.
@@ -91,7 +80,7 @@ impl RedisFactory {
         let mut out = Vec::new();
         for i in 0..self.cluster.nodes().len() {
             let mut c = self.master(i).await?;
-            out.push(cmd.query_async(&mut c).await.map_err(harness)?);
+            out.push(cmd.query_async(&mut c).await.map_err(harness_error)?);
         }
         Ok(out)
     }
@@ -101,35 +90,35 @@ impl RedisFactory {
             .cluster
             .stats_total()
             .await
-            .map_err(harness)?
+            .map_err(harness_error)?
             .get(field))
     }
 }
 
 #[async_trait]
-impl BackendFactory for RedisFactory {
-    fn name(&self) -> &str {
-        self.name
+impl Deployment for Redis {
+    fn upstreams(&self) -> Upstreams {
+        Upstreams::Nodes(self.cluster.nodes().iter().map(|n| n.addr()).collect())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inspector.capabilities()
-    }
-
-    async fn client(&self) -> Result<Client> {
-        let nodes: Vec<_> = self.cluster.nodes().iter().map(|n| n.addr()).collect();
-        let (link, addrs) = ProxyLink::start_all(&nodes).await?;
-        link.numbers_nodes();
-        let endpoints: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
+        let endpoints: Vec<String> = through.iter().map(|a| a.to_string()).collect();
         let backend = RedisBackend::builder(&endpoints)
             .allow_unfenced()
             .connect()
             .await?;
-        self.proxies.lock().unwrap().push(link.clone());
-        Ok(Client {
-            backend: Arc::new(backend),
-            link: Some(link),
-        })
+        Ok(Arc::new(backend))
+    }
+
+    fn candidate_url(&self) -> String {
+        format!(
+            "redis://{}?allow_unfenced=true",
+            self.cluster.endpoints().join(",")
+        )
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        Some(&self.servers)
     }
 
     async fn server_writes(&self) -> Option<Result<u64>> {
@@ -171,22 +160,10 @@ impl BackendFactory for RedisFactory {
         Some(self.on_masters::<u64>(&cmd).await.map(drop))
     }
 
-    async fn server_version(&self) -> Option<String> {
-        self.version.clone()
-    }
-
-    fn servers(&self) -> Option<&dyn ServerFaults> {
-        Some(&self.servers)
-    }
-
-    fn candidate(&self) -> Option<CandidateCommand> {
-        Some(CandidateCommand {
-            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
-            url: format!(
-                "redis://{}?allow_unfenced=true",
-                self.cluster.endpoints().join(",")
-            ),
-        })
+    /// At once: the Redis targets do not wait for the masters' write
+    /// counter to settle.
+    async fn quiesce(&self, _factory: &ClusterFactory<Self>) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -300,7 +277,7 @@ async fn fault_case(
         let mut a_lost = false;
         let b = match fault {
             "master_restarted_without_persistence" => {
-                let servers = &redis.servers;
+                let servers = &redis.deployment.servers;
                 servers.kill(0).await.ctx("killing master 0")?;
                 servers
                     .start(0)
@@ -316,7 +293,7 @@ async fn fault_case(
                 // a's key vanishes on master 0, a renews, then it vanishes
                 // on master 1 (on one master: master 0 again): a lease that
                 // did not take master 0 back rests on one master of three.
-                let masters = redis.servers.nodes();
+                let masters = redis.deployment.servers.nodes();
                 expire_early(&redis, &key, 0).await?;
                 match ca.backend.renew(&a.lease).await {
                     Ok(renewed) => {
@@ -386,6 +363,7 @@ async fn fault_case(
 /// an eviction there would), and lets it go.
 async fn expire_early(redis: &RedisFactory, key: &ElectionKey, index: usize) -> Step<()> {
     let mut m = redis
+        .deployment
         .master(index)
         .await
         .ctx(&format!("connecting to master {index}"))?;
@@ -416,9 +394,9 @@ impl<T, E: std::fmt::Display> Ctx<T> for std::result::Result<T, E> {
 const READMES: &[(&str, &str)] = &[
     (
         "crates/tenure-redis/README.md",
-        include_str!("../../crates/tenure-redis/README.md"),
+        include_str!("../../../crates/tenure-redis/README.md"),
     ),
-    ("README.md", include_str!("../../README.md")),
+    ("README.md", include_str!("../../../README.md")),
 ];
 
 /// The matrix as `readme` documents it: fault → (masters → outcome).
@@ -533,7 +511,7 @@ fn deployment(masters: usize) -> Option<Arc<RedisFactory>> {
 }
 
 async fn start(masters: usize, name: &'static str) -> Arc<dyn BackendFactory> {
-    let factory = RedisFactory::start(masters, name).await;
+    let factory = deploy(masters, name).await;
     deployments()
         .lock()
         .unwrap()

@@ -1,6 +1,6 @@
 //! [`Tap`]s that count a protocol's messages at the fault proxies, for
 //! servers whose own counters cannot single out what the suite's clients
-//! did ([`BackendFactory::server_requests`](crate::BackendFactory::server_requests)).
+//! did ([`BackendFactory::server_requests`](tenure_conformance::BackendFactory::server_requests)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

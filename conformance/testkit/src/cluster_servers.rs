@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::{Error, Result};
 
-use crate::factory::ServerFaults;
 use crate::harness::{Cluster, HarnessError, Topology, ZooKeeperNodeSettings};
+use tenure_conformance::ServerFaults;
 
 /// Every server fault of the suite, done to the containers of one harness
 /// [`Cluster`]. Node `i` is `cluster.nodes()[i]`.

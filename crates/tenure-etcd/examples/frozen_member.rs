@@ -16,15 +16,15 @@
 //! campaigns again; the next fault waits until every holder leads.
 //!
 //! Run (Docker and the conformance image, as the suite needs):
-//! `cargo run -p tenure-conformance --features harness --example frozen_member`
+//! `cargo run -p tenure-etcd --example frozen_member`
 //! (`FAULT_SECS=10` shortens each fault.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tenure_conformance::harness::{Cluster, Topology};
 use tenure_core::{Elector, LossReason};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
+use tenure_testkit::harness::{Cluster, Topology};
 use tokio::time::{sleep, Instant};
 
 const HOLDERS_PER_TTL: usize = 20;

@@ -11,20 +11,21 @@
 //! through them: the client checks the API server's name, not the proxy's),
 //! and the cases that fault the servers or count their writes skip.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::{
+use tenure_conformance::{BackendFactory, ServerFaults, Target};
+use tenure_core::{CandidateId, ElectionKey, Error, LeaseBackend, Result};
+use tenure_kube::{kube, KubeBackend, KubeOptions};
+use tenure_lease_server::{
     etcd_client_for_tests, kube_config_for, kube_url, KubeconfigFile, LeaseServer,
 };
-use tenure_conformance::{
-    until_writes_settle, BackendFactory, CandidateCommand, Client, ClusterServers, ProxyLink,
-    ServerFaults, Target,
+use tenure_testkit::harness::{Cluster, Topology};
+use tenure_testkit::{
+    harness_error, ClusterFactory, ClusterServers, Deployment, ProxyLink, Upstreams,
 };
-use tenure_core::{CandidateId, Capabilities, ElectionKey, Error, LeaseBackend, Result};
-use tenure_kube::{kube, KubeBackend, KubeOptions};
 
 /// The variable naming a real cluster's kubeconfig.
 const KUBECONFIG_VAR: &str = "TENURE_KUBECONFIG";
@@ -32,7 +33,7 @@ const KUBECONFIG_VAR: &str = "TENURE_KUBECONFIG";
 const NAMESPACE_VAR: &str = "TENURE_KUBE_NAMESPACE";
 
 /// What the suite runs against.
-enum Deployment {
+enum ApiServer {
     /// The Lease API test server over a harness etcd cluster.
     TestServer {
         _cluster: Arc<Cluster>,
@@ -49,24 +50,16 @@ enum Deployment {
     Real {
         config: Box<kube::Config>,
         kubeconfig: PathBuf,
+        /// The API server's address, for the clients' proxies; `None` where
+        /// the kubeconfig goes through an HTTP proxy already.
+        upstream: Option<SocketAddr>,
     },
 }
 
-struct KubeFactory {
-    name: &'static str,
-    deployment: Deployment,
+struct Kube {
+    api_server: ApiServer,
     /// A client without a proxy, for looking at the server.
     inspector: KubeBackend,
-    proxies: std::sync::Mutex<Vec<Arc<ProxyLink>>>,
-    /// The API server's version (the test server's: the etcd under it), read once at start.
-    version: Option<String>,
-}
-
-fn harness(e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::Backend {
-        backend: "harness",
-        source: Box::new(e),
-    }
 }
 
 /// The real cluster's kubeconfig, if `TENURE_KUBECONFIG` names one.
@@ -76,87 +69,103 @@ fn real_cluster() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-impl KubeFactory {
-    async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
-        let cluster = Cluster::start(Topology::Etcd { nodes })
-            .await
-            .expect("etcd cluster");
-        let server = LeaseServer::start(&cluster.endpoints())
-            .await
-            .expect("lease server");
-        let etcd = Box::new(etcd_client_for_tests(&server).await.expect("etcd client"));
-        let config = server.kube_config().await.expect("kubeconfig");
-        let inspector = KubeBackend::from_config(config, KubeOptions::default())
-            .await
-            .expect("inspector client");
-        let (candidate_link, addr) = ProxyLink::start(server.addr())
-            .await
-            .expect("candidates' proxy");
-        let candidate_kubeconfig = KubeconfigFile::write(addr).expect("candidates' kubeconfig");
-        let version = cluster
-            .server_version()
-            .await
-            .ok()
-            .map(|etcd| format!("the Lease API test server over {etcd}"));
-        let cluster = Arc::new(cluster);
-        Arc::new(KubeFactory {
-            name,
-            deployment: Deployment::TestServer {
-                servers: ClusterServers::new(cluster.clone()),
-                _cluster: cluster,
-                server,
-                etcd,
-                candidate_kubeconfig,
-                _candidate_link: candidate_link,
-            },
-            inspector,
-            proxies: Default::default(),
-            version,
-        })
-    }
-
-    async fn real(kubeconfig: PathBuf, name: &'static str) -> Arc<dyn BackendFactory> {
-        let kubeconfig = std::fs::canonicalize(&kubeconfig)
-            .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
-        let namespace = std::env::var(NAMESPACE_VAR)
-            .ok()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".into());
-        let url = kube_url(&kubeconfig, &namespace);
-        let inspector = KubeBackend::connect_url(&url)
-            .await
-            .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
-        let file = kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
-            .await
-            .expect("the kubeconfig's current context");
-        config.default_namespace = namespace;
-        let version = inspector
-            .api()
-            .clone()
-            .into_client()
-            .apiserver_version()
-            .await
-            .ok()
-            .map(|info| format!("Kubernetes {}", info.git_version));
-        Arc::new(KubeFactory {
-            name,
-            deployment: Deployment::Real {
-                config: Box::new(config),
-                kubeconfig,
-            },
-            inspector,
-            proxies: Default::default(),
-            version,
-        })
-    }
+fn factory(name: &'static str, kube: Kube, version: Option<String>) -> Arc<dyn BackendFactory> {
+    let capabilities = kube.inspector.capabilities();
+    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+    Arc::new(ClusterFactory::new(
+        name,
+        kube,
+        capabilities,
+        version,
+        program,
+    ))
 }
 
-/// `config` reaching its API server through a new fault proxy, or `None`
-/// where the kubeconfig already goes through an HTTP proxy. TLS passes
-/// through the TCP proxy untouched: the client is told the API server's
-/// name to check its certificate against.
-async fn through_proxy(config: &kube::Config) -> Result<Option<(kube::Config, Arc<ProxyLink>)>> {
+async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+    let cluster = Cluster::start(Topology::Etcd { nodes })
+        .await
+        .expect("etcd cluster");
+    let server = LeaseServer::start(&cluster.endpoints())
+        .await
+        .expect("lease server");
+    let etcd = Box::new(etcd_client_for_tests(&server).await.expect("etcd client"));
+    let config = server.kube_config().await.expect("kubeconfig");
+    let inspector = KubeBackend::from_config(config, KubeOptions::default())
+        .await
+        .expect("inspector client");
+    let (candidate_link, addr) = ProxyLink::start(server.addr())
+        .await
+        .expect("candidates' proxy");
+    let candidate_kubeconfig = KubeconfigFile::write(addr).expect("candidates' kubeconfig");
+    let version = cluster
+        .server_version()
+        .await
+        .ok()
+        .map(|etcd| format!("the Lease API test server over {etcd}"));
+    let cluster = Arc::new(cluster);
+    let api_server = ApiServer::TestServer {
+        servers: ClusterServers::new(cluster.clone()),
+        _cluster: cluster,
+        server,
+        etcd,
+        candidate_kubeconfig,
+        _candidate_link: candidate_link,
+    };
+    factory(
+        name,
+        Kube {
+            api_server,
+            inspector,
+        },
+        version,
+    )
+}
+
+async fn real(kubeconfig: PathBuf, name: &'static str) -> Arc<dyn BackendFactory> {
+    let kubeconfig = std::fs::canonicalize(&kubeconfig)
+        .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
+    let namespace = std::env::var(NAMESPACE_VAR)
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let url = kube_url(&kubeconfig, &namespace);
+    let inspector = KubeBackend::connect_url(&url)
+        .await
+        .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
+    let file = kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .expect("the kubeconfig's current context");
+    config.default_namespace = namespace;
+    let upstream = upstream(&config)
+        .await
+        .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()));
+    let version = inspector
+        .api()
+        .clone()
+        .into_client()
+        .apiserver_version()
+        .await
+        .ok()
+        .map(|info| format!("Kubernetes {}", info.git_version));
+    let api_server = ApiServer::Real {
+        config: Box::new(config),
+        kubeconfig,
+        upstream,
+    };
+    factory(
+        name,
+        Kube {
+            api_server,
+            inspector,
+        },
+        version,
+    )
+}
+
+/// The address of `config`'s API server, for a fault proxy in front of it;
+/// `None` where the kubeconfig already goes through an HTTP proxy.
+async fn upstream(config: &kube::Config) -> Result<Option<SocketAddr>> {
     if config.proxy_url.is_some() {
         return Ok(None);
     }
@@ -168,66 +177,94 @@ async fn through_proxy(config: &kube::Config) -> Result<Option<(kube::Config, Ar
     let bare_host = host.trim_start_matches('[').trim_end_matches(']');
     let upstream = tokio::net::lookup_host((bare_host, port))
         .await
-        .map_err(harness)?
+        .map_err(harness_error)?
         .next()
         .ok_or_else(|| invalid("the host resolves to no address"))?;
-    let (link, addr) = ProxyLink::start(upstream).await?;
+    Ok(Some(upstream))
+}
+
+/// `config` reaching its API server through the fault proxy at `proxy`.
+/// TLS passes through the TCP proxy untouched: the client is told the API
+/// server's name to check its certificate against.
+fn through_proxy(config: &kube::Config, proxy: SocketAddr) -> Result<kube::Config> {
+    let url = &config.cluster_url;
+    let invalid = |why: &str| Error::invalid("cluster_url", format!("{url}: {why}"));
+    let https = url.scheme_str() == Some("https");
     let mut proxied = config.clone();
     let path = url.path_and_query().map_or("", |p| p.as_str());
     let scheme = url.scheme_str().unwrap_or("https");
-    proxied.cluster_url = format!("{scheme}://{addr}{path}")
+    proxied.cluster_url = format!("{scheme}://{proxy}{path}")
         .parse()
         .map_err(|_| invalid("cannot point it at the proxy"))?;
     if https && proxied.tls_server_name.is_none() {
-        proxied.tls_server_name = Some(bare_host.to_owned());
+        let host = url.host().ok_or_else(|| invalid("no host"))?;
+        proxied.tls_server_name = Some(
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+        );
     }
-    Ok(Some((proxied, link)))
+    Ok(proxied)
 }
 
 #[async_trait]
-impl BackendFactory for KubeFactory {
-    fn name(&self) -> &str {
-        self.name
+impl Deployment for Kube {
+    fn upstreams(&self) -> Upstreams {
+        match &self.api_server {
+            ApiServer::TestServer { server, .. } => Upstreams::Server(server.addr()),
+            ApiServer::Real {
+                upstream: Some(upstream),
+                ..
+            } => Upstreams::Server(*upstream),
+            ApiServer::Real { upstream: None, .. } => Upstreams::Direct,
+        }
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inspector.capabilities()
-    }
-
-    async fn client(&self) -> Result<Client> {
-        let (config, link) = match &self.deployment {
-            Deployment::TestServer { server, .. } => {
-                let (link, addr) = ProxyLink::start(server.addr()).await?;
-                let config = kube_config_for(addr).await.map_err(harness)?;
-                (config, Some(link))
+    async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
+        let config = match (&self.api_server, through.first()) {
+            (ApiServer::TestServer { .. }, Some(&proxy)) => {
+                kube_config_for(proxy).await.map_err(harness_error)?
             }
-            Deployment::Real { config, .. } => match through_proxy(config).await? {
-                Some((config, link)) => (config, Some(link)),
-                None => (config.as_ref().clone(), None),
-            },
+            (ApiServer::Real { config, .. }, Some(&proxy)) => through_proxy(config, proxy)?,
+            (ApiServer::Real { config, .. }, None) => config.as_ref().clone(),
+            (ApiServer::TestServer { .. }, None) => {
+                unreachable!("the test server's clients go through a proxy")
+            }
         };
         let backend = KubeBackend::from_config(config, KubeOptions::default()).await?;
-        if let Some(link) = &link {
-            self.proxies.lock().unwrap().push(link.clone());
+        Ok(Arc::new(backend))
+    }
+
+    fn candidate_url(&self) -> String {
+        match &self.api_server {
+            ApiServer::TestServer {
+                candidate_kubeconfig,
+                ..
+            } => candidate_kubeconfig.url(),
+            ApiServer::Real { kubeconfig, .. } => kube_url(kubeconfig, self.inspector.namespace()),
         }
-        Ok(Client {
-            backend: Arc::new(backend),
-            link: link.map(|l| l as Arc<dyn tenure_conformance::Link>),
-        })
+    }
+
+    fn servers(&self) -> Option<&dyn ServerFaults> {
+        match &self.api_server {
+            ApiServer::TestServer { servers, .. } => Some(servers),
+            // A real cluster's API servers and etcd are not ours to pause or kill.
+            ApiServer::Real { .. } => None,
+        }
     }
 
     async fn server_writes(&self) -> Option<Result<u64>> {
-        match &self.deployment {
-            Deployment::TestServer { server, .. } => Some(Ok(server.writes())),
+        match &self.api_server {
+            ApiServer::TestServer { server, .. } => Some(Ok(server.writes())),
             // Other clients of a real cluster write too: no count to trust.
-            Deployment::Real { .. } => None,
+            ApiServer::Real { .. } => None,
         }
     }
 
     async fn server_requests(&self) -> Option<Result<u64>> {
-        match &self.deployment {
-            Deployment::TestServer { server, .. } => Some(Ok(server.served())),
-            Deployment::Real { .. } => None,
+        match &self.api_server {
+            ApiServer::TestServer { server, .. } => Some(Ok(server.served())),
+            ApiServer::Real { .. } => None,
         }
     }
 
@@ -238,7 +275,7 @@ impl BackendFactory for KubeFactory {
     /// holder is read from etcd, so the count is no request to the server.
     /// A real cluster does not tell.
     async fn waiting(&self, key: &ElectionKey) -> Option<Result<usize>> {
-        let Deployment::TestServer { server, etcd, .. } = &self.deployment else {
+        let ApiServer::TestServer { server, etcd, .. } = &self.api_server else {
             return None;
         };
         let ns = self.inspector.namespace();
@@ -282,18 +319,8 @@ impl BackendFactory for KubeFactory {
                 .get_opt(key.as_str())
                 .await
                 .map(|l| l.is_some())
-                .map_err(harness),
+                .map_err(harness_error),
         )
-    }
-
-    async fn quiesce(&self) -> Result<()> {
-        // Writes that earlier cases left in flight (releases of dropped grants).
-        let quiet = self.timing().ttl + self.capabilities().expiry_slack;
-        until_writes_settle(self, quiet, quiet * 4).await.map(drop)
-    }
-
-    async fn server_version(&self) -> Option<String> {
-        self.version.clone()
     }
 
     async fn wipe_election(&self, key: &ElectionKey) -> Option<Result<()>> {
@@ -305,41 +332,25 @@ impl BackendFactory for KubeFactory {
         Some(match deleted {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(e) => Err(harness(e)),
+            Err(e) => Err(harness_error(e)),
         })
     }
 
     async fn compact_history(&self) -> Option<Result<()>> {
-        match &self.deployment {
-            Deployment::TestServer { server, .. } => {
+        match &self.api_server {
+            ApiServer::TestServer { server, .. } => {
                 // It returns once the watches it ended are open again.
-                Some(server.expire_watches().await.map(drop).map_err(harness))
+                Some(
+                    server
+                        .expire_watches()
+                        .await
+                        .map(drop)
+                        .map_err(harness_error),
+                )
             }
             // A real cluster's etcd is not ours to compact.
-            Deployment::Real { .. } => None,
+            ApiServer::Real { .. } => None,
         }
-    }
-
-    fn servers(&self) -> Option<&dyn ServerFaults> {
-        match &self.deployment {
-            Deployment::TestServer { servers, .. } => Some(servers),
-            // A real cluster's API servers and etcd are not ours to pause or kill.
-            Deployment::Real { .. } => None,
-        }
-    }
-
-    fn candidate(&self) -> Option<CandidateCommand> {
-        let url = match &self.deployment {
-            Deployment::TestServer {
-                candidate_kubeconfig,
-                ..
-            } => candidate_kubeconfig.url(),
-            Deployment::Real { kubeconfig, .. } => kube_url(kubeconfig, self.inspector.namespace()),
-        };
-        Some(CandidateCommand {
-            program: env!("CARGO_BIN_EXE_tenure-candidate").into(),
-            url,
-        })
     }
 }
 
@@ -354,10 +365,7 @@ fn main() -> std::process::ExitCode {
     let targets = match real_cluster() {
         // A real cluster's servers are not ours to pause, kill or count.
         Some(path) => vec![
-            Target::new("single", move || {
-                KubeFactory::real(path.clone(), "kube-cluster")
-            })
-            .expect_skips(&[
+            Target::new("single", move || real(path.clone(), "kube-cluster")).expect_skips(&[
                 "herd_writes_per_leadership_change",
                 "servers_paused_longer_than_ttl_leader_steps_down",
                 "server_node_killed_leader_survives_or_fails_over",
@@ -375,7 +383,7 @@ fn main() -> std::process::ExitCode {
             )),
         ],
         None => vec![
-            Target::new("single", || KubeFactory::test_server(1, "kube-1node")).expect_skips(&[
+            Target::new("single", || test_server(1, "kube-1node")).expect_skips(&[
                 "server_node_killed_leader_survives_or_fails_over",
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",
@@ -385,7 +393,7 @@ fn main() -> std::process::ExitCode {
                 NO_MAX_TTL,
             ]),
             // The candidates reach the Lease server, not an etcd node.
-            Target::new("three", || KubeFactory::test_server(3, "kube-3node")).expect_skips(&[
+            Target::new("three", || test_server(3, "kube-3node")).expect_skips(&[
                 "holders_server_node_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
                 "observer_sees_failover_when_its_node_is_cut_off",

@@ -1,8 +1,8 @@
 //! The Lease API test server answers as kube-apiserver does, over a real etcd.
 
 use serde_json::{json, Value};
-use tenure_conformance::harness::{Cluster, Topology};
-use tenure_conformance::lease_server::LeaseServer;
+use tenure_lease_server::LeaseServer;
+use tenure_testkit::harness::{Cluster, Topology};
 
 struct Fixture {
     _cluster: Cluster,
@@ -342,7 +342,7 @@ async fn watch_from_a_compacted_resource_version_is_one_error_event() {
         object["spec"]["holderIdentity"] = json!(holder);
         object = f.put("c", &object).await.1;
     }
-    let etcd = tenure_conformance::lease_server::etcd_client_for_tests(&f.server)
+    let etcd = tenure_lease_server::etcd_client_for_tests(&f.server)
         .await
         .unwrap();
     etcd.clone()
@@ -373,9 +373,9 @@ async fn killed_server_restarts_on_its_port_and_kube_client_reaches_it() {
     assert!(f.http.get(f.url(Some("k"))).send().await.is_err());
     f.server.restart().await.unwrap();
     let config = f.server.kube_config().await.unwrap();
-    let client = tenure_kube::kube::Client::try_from(config).unwrap();
-    let api: tenure_kube::kube::Api<tenure_kube::k8s_openapi::api::coordination::v1::Lease> =
-        tenure_kube::kube::Api::default_namespaced(client);
+    let client = kube::Client::try_from(config).unwrap();
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::default_namespaced(client);
     let lease = api.get("k").await.unwrap();
     assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("x"));
 }
@@ -422,7 +422,7 @@ async fn a_write_answered_with_an_error_after_commit_is_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_requests_say_why_and_when_to_come_back() {
     use std::time::Duration;
-    use tenure_conformance::lease_server::Requests;
+    use tenure_lease_server::Requests;
     let f = fixture().await;
     f.post(&lease("k", "x", 2, 0)).await;
     let watch = format!("{}?watch=1&fieldSelector=metadata.name%3Dk", f.url(None));

@@ -1,0 +1,40 @@
+//! Real servers for testing tenure backends, and the faults done to them.
+//!
+//! - [`harness`]: etcd, ZooKeeper and Redis in containers started from an
+//!   image built locally from Debian packages (`conformance/image/build.sh`),
+//!   on docker networks of their own, reached only through ports published
+//!   on `127.0.0.1`; node faults (kill, pause, partition, restart) and
+//!   probes of each server's own protocol.
+//! - [`proxy`]: a TCP fault proxy per client (cut off, delay, blackhole,
+//!   hold answers), and [`link::ProxyLink`], the conformance suite's `Link`
+//!   over those proxies.
+//! - [`cluster_servers::ClusterServers`]: the suite's `ServerFaults` over a
+//!   harness cluster.
+//! - [`factory::ClusterFactory`]: the suite's `BackendFactory` for any
+//!   backend on such servers, configured with a [`factory::Deployment`].
+//! - [`taps`]: counters of a protocol's messages at the proxies.
+//!
+//! It depends on no backend crate and no backend client: a backend's tests
+//! build it, and nothing of the other backends.
+
+// DESIGN. Containers, proxies and taps: what a backend's tests need of the
+// outside world, and nothing of any backend's protocol beyond probes.
+//   harness/           containers (cluster.rs, docker.rs, image.rs), the
+//                      servers' settings (servers.rs), probes, auth, stats
+//   proxy.rs           the TCP fault proxy
+//   link.rs            ProxyLink: the suite's Link over proxies
+//   cluster_servers.rs ClusterServers: the suite's ServerFaults over a Cluster
+//   factory.rs         ClusterFactory: the suite's BackendFactory, written
+//                      once, configured per backend with a Deployment
+//   taps.rs            protocol message counters at the proxies
+
+pub mod cluster_servers;
+pub mod factory;
+pub mod harness;
+pub mod link;
+pub mod proxy;
+pub mod taps;
+
+pub use cluster_servers::ClusterServers;
+pub use factory::{harness_error, ClusterFactory, Deployment, Upstreams};
+pub use link::ProxyLink;

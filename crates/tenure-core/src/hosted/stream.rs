@@ -1,0 +1,279 @@
+//! A backend's [`watch`](crate::LeaseBackend::watch) stream, written once:
+//! the backend says how to look at a key ([`Looks`]); [`watch_stream`]
+//! does the rest (contract point 10).
+//!
+//! The first look is made by the `watch` call itself. The looks after it
+//! run in a task of their own on the heartbeat runtime, from when the
+//! reader first waits for a change (a watch read for its first state alone,
+//! as `Elector::leader` reads one, costs that one look), and post each
+//! state to a `tokio::sync::watch` channel, which keeps only the newest: a
+//! reader that falls behind is given the state now, never a backlog of
+//! stale ones, and a state equal to the one before is no change and is not
+//! posted. An error ends the stream after the newest state; a dropped
+//! stream stops the looks at once.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, StreamExt};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::{heartbeat_runtime, Error, LeaderEvent, Result};
+
+/// How a backend looks at one key's election: the state now, then the
+/// state after each change it hears of.
+#[async_trait]
+pub trait Looks: Send + 'static {
+    /// On the first call, who leads the key now (an error fails the
+    /// `watch` call itself). On every later call, who leads it once the
+    /// backend has heard of a change, or has waited as long as it waits
+    /// between looks; the state may equal the last one returned (the
+    /// stream leaves it out). An error ends the stream: the backend cannot
+    /// tell any more (a session ended, a server refused), and a reader such
+    /// as `Elector::observe` watches again.
+    async fn next(&mut self) -> Result<LeaderEvent>;
+}
+
+/// The stream a backend's `watch` returns: the state of the first look
+/// (made before this returns, so a key that cannot be read fails the call),
+/// then every change the later looks find, the newest winning.
+pub async fn watch_stream(
+    mut looks: impl Looks,
+) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
+    let first = looks.next().await?;
+    let (tx, rx) = watch::channel(first);
+    let ended = Arc::new(Mutex::new(None));
+    // The looks run in the span of the `watch` call.
+    let span = tracing::Span::current();
+    let start: Start = {
+        let ended = ended.clone();
+        Box::new(move || {
+            heartbeat_runtime().spawn(post(looks, tx, ended).instrument(span));
+        })
+    };
+    Ok(read(rx, ended, start))
+}
+
+/// Starts the looks after the first.
+type Start = Box<dyn FnOnce() + Send>;
+
+/// Posts each new state until the reader is gone or a look fails.
+async fn post(
+    mut looks: impl Looks,
+    tx: watch::Sender<LeaderEvent>,
+    ended: Arc<Mutex<Option<Error>>>,
+) {
+    loop {
+        let next = tokio::select! {
+            _ = tx.closed() => return,
+            next = looks.next() => next,
+        };
+        match next {
+            Ok(event) => {
+                tx.send_if_modified(|now| {
+                    let changed = *now != event;
+                    if changed {
+                        *now = event;
+                    }
+                    changed
+                });
+            }
+            Err(error) => {
+                // Dropping the sender ends the stream, after the state posted
+                // last, with this error.
+                *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+                return;
+            }
+        }
+    }
+}
+
+/// The first look's state, then the newest state posted whenever the
+/// reader asks, each once; then the error that ended the looks, if one did.
+fn read(
+    rx: watch::Receiver<LeaderEvent>,
+    ended: Arc<Mutex<Option<Error>>>,
+    start: Start,
+) -> BoxStream<'static, Result<LeaderEvent>> {
+    futures::stream::unfold(Some((rx, Some(start), true)), move |state| {
+        let ended = ended.clone();
+        async move {
+            let (mut rx, mut start, first) = state?;
+            // The first look's state is unseen, though the channel was made
+            // with it: give it (or whatever came since) first.
+            if !first {
+                if let Some(start) = start.take() {
+                    start();
+                }
+                if rx.changed().await.is_err() {
+                    let error = ended.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+                    return Some((Err(error), None));
+                }
+            }
+            let event = rx.borrow_and_update().clone();
+            Some((Ok(event), Some((rx, start, false))))
+        }
+    })
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{CandidateId, FencingToken, LeaderInfo};
+
+    fn elected(name: &str, token: u64) -> LeaderEvent {
+        LeaderEvent::Elected(LeaderInfo {
+            identity: CandidateId::new(name).unwrap(),
+            token: Some(FencingToken::new(token)),
+        })
+    }
+
+    /// Looks that return what a test scripted, one per call, then wait.
+    struct Scripted {
+        answers: Arc<Mutex<VecDeque<Result<LeaderEvent>>>>,
+        more: Arc<tokio::sync::Notify>,
+        dropped: Option<tokio::sync::oneshot::Sender<()>>,
+    }
+
+    impl Drop for Scripted {
+        fn drop(&mut self) {
+            if let Some(tx) = self.dropped.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Looks for Scripted {
+        async fn next(&mut self) -> Result<LeaderEvent> {
+            loop {
+                let notified = self.more.notified();
+                if let Some(answer) = self.answers.lock().unwrap().pop_front() {
+                    return answer;
+                }
+                notified.await;
+            }
+        }
+    }
+
+    struct Script {
+        answers: Arc<Mutex<VecDeque<Result<LeaderEvent>>>>,
+        more: Arc<tokio::sync::Notify>,
+    }
+
+    impl Script {
+        fn push(&self, answer: Result<LeaderEvent>) {
+            self.answers.lock().unwrap().push_back(answer);
+            self.more.notify_one();
+        }
+    }
+
+    fn scripted(
+        first: Vec<Result<LeaderEvent>>,
+    ) -> (Scripted, Script, tokio::sync::oneshot::Receiver<()>) {
+        let answers = Arc::new(Mutex::new(first.into_iter().collect()));
+        let more = Arc::new(tokio::sync::Notify::new());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let looks = Scripted {
+            answers: answers.clone(),
+            more: more.clone(),
+            dropped: Some(tx),
+        };
+        (looks, Script { answers, more }, rx)
+    }
+
+    /// Waits until the task has taken every scripted answer.
+    async fn drained(script: &Script) {
+        while !script.answers.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The last one taken is posted before the next look waits.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test]
+    async fn the_first_state_comes_first_and_a_repeated_one_not_at_all() {
+        let (looks, script, _) = scripted(vec![Ok(LeaderEvent::Vacant)]);
+        let mut events = watch_stream(looks).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        script.push(Ok(LeaderEvent::Vacant));
+        script.push(Ok(elected("a", 1)));
+        assert_eq!(events.next().await.unwrap().unwrap(), elected("a", 1));
+        script.push(Ok(elected("a", 1)));
+        script.push(Ok(LeaderEvent::Vacant));
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_is_given_the_newest_state_not_a_backlog() {
+        let (looks, script, _) = scripted(vec![Ok(LeaderEvent::Vacant)]);
+        let mut events = watch_stream(looks).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        // The reader waits once (which starts the looks), then falls behind.
+        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
+        assert!(waited.is_err(), "no change yet: {waited:?}");
+        script.push(Ok(elected("a", 1)));
+        script.push(Ok(LeaderEvent::Vacant));
+        script.push(Ok(elected("b", 2)));
+        drained(&script).await;
+        assert_eq!(events.next().await.unwrap().unwrap(), elected("b", 2));
+    }
+
+    #[tokio::test]
+    async fn a_failed_first_look_fails_the_call() {
+        let (looks, _script, _) = scripted(vec![Err(Error::unavailable("test", "down"))]);
+        let Err(error) = watch_stream(looks).await else {
+            panic!("a watch whose first look failed");
+        };
+        assert!(error.is_retryable(), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_stream_after_the_newest_state() {
+        let (looks, script, _) = scripted(vec![Ok(LeaderEvent::Vacant)]);
+        let mut events = watch_stream(looks).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
+        assert!(waited.is_err(), "no change yet: {waited:?}");
+        script.push(Ok(elected("a", 1)));
+        script.push(Err(Error::unavailable("test", "session ended")));
+        drained(&script).await;
+        assert_eq!(events.next().await.unwrap().unwrap(), elected("a", 1));
+        let Some(Err(error)) = events.next().await else {
+            panic!("no error after the newest state");
+        };
+        assert!(error.to_string().contains("session ended"), "{error}");
+        assert!(events.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stream_read_for_its_first_state_alone_looks_no_more() {
+        let (looks, script, dropped) = scripted(vec![Ok(LeaderEvent::Vacant)]);
+        let mut events = watch_stream(looks).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        script.push(Ok(elected("a", 1)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(script.answers.lock().unwrap().len(), 1, "a look was made");
+        drop(events);
+        dropped.await.expect("the looks dropped with the stream");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_stream_stops_the_looks() {
+        let (looks, _script, dropped) = scripted(vec![Ok(LeaderEvent::Vacant)]);
+        let mut events = watch_stream(looks).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
+        assert!(waited.is_err(), "no change yet: {waited:?}");
+        drop(events);
+        tokio::time::timeout(Duration::from_secs(5), dropped)
+            .await
+            .expect("the looks dropped within 5 s")
+            .expect("dropped, not leaked");
+    }
+}
