@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use tenure_conformance::suite::{run_case, Cx, Failure, Holder, Meta, Quiet, Step, TermId};
+use tenure_conformance::suite::{run_case, Cx, Failure, Holder, Meta, Step, TermId};
 use tenure_conformance::{BackendFactory, CaseReport, Client, LinkFault, ServerFaults, Target};
 use tenure_core::{AcquireMode, Acquisition, Candidacy, ElectionKey, Lease, LeaseBackend, Result};
 use tenure_redis::redis::aio::MultiplexedConnection;
@@ -258,11 +258,7 @@ async fn fault_case(
     fault: &'static str,
     redis: Arc<RedisFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: fault,
-        contract: "matrix",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend(fault, "matrix");
     run_case(factory, meta, move |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();

@@ -6,18 +6,14 @@ use tenure_core::{AcquireMode, LeaderEvent};
 
 use super::candidate::Holder;
 use super::context::Context;
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
 /// A vacant key is granted at once to a single attempt, and to a waiting one.
 pub async fn acquire_uncontended(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "acquire_uncontended",
-        contract: "2, 3, 5",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("acquire_uncontended", "2, 3, 5");
     run_case(factory, meta, |cx| async move {
         let client = cx.client().await?;
         let key = cx.new_key();
@@ -53,11 +49,7 @@ pub async fn acquire_uncontended(factory: Arc<dyn BackendFactory>) -> CaseReport
 /// A second candidate's single attempt reports the holder and its token,
 /// and disturbs nothing.
 pub async fn acquire_when_held_reports_holder(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "acquire_when_held_reports_holder",
-        contract: "2",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("acquire_when_held_reports_holder", "2");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -101,11 +93,7 @@ pub async fn acquire_when_held_reports_holder(factory: Arc<dyn BackendFactory>) 
 pub async fn dropped_waiting_acquire_leaves_no_queue_entry(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "dropped_waiting_acquire_leaves_no_queue_entry",
-        contract: "4",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("dropped_waiting_acquire_leaves_no_queue_entry", "4");
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let key = cx.new_key();

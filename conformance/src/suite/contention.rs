@@ -14,7 +14,7 @@ use tokio::time::{sleep, Instant};
 
 use super::candidate::Holder;
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::{BackendFactory, Client};
 use crate::report::{CaseReport, Property};
 
@@ -98,11 +98,7 @@ async fn race(
 pub async fn racing_single_attempts_grant_exactly_one(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "racing_single_attempts_grant_exactly_one",
-        contract: "2, 6, 9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("racing_single_attempts_grant_exactly_one", "2, 6, 9");
     run_case(factory, meta, |cx| async move {
         let clients = clients(&cx, RACERS).await?;
         let key = cx.new_key();
@@ -227,11 +223,10 @@ async fn others_keep_waiting(
 pub async fn racing_standbys_after_expiry_grant_one_at_a_time(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "racing_standbys_after_expiry_grant_one_at_a_time",
-        contract: "3, 6, 9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared(
+        "racing_standbys_after_expiry_grant_one_at_a_time",
+        "3, 6, 9",
+    );
     run_case(factory, meta, |cx| async move {
         let standby_clients = clients(&cx, STANDBYS).await?;
         let key = cx.new_key();

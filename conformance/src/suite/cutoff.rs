@@ -13,7 +13,7 @@ use tokio::time::{sleep, Instant};
 use super::candidate::{elector, Holder, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::Write;
 use crate::factory::{BackendFactory, ServerFaults};
 use crate::report::{CaseReport, Property};
@@ -33,11 +33,7 @@ use crate::report::{CaseReport, Property};
 pub async fn standby_sees_failover_when_its_node_is_cut_off(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "standby_sees_failover_when_its_node_is_cut_off",
-        contract: "6, 8",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend("standby_sees_failover_when_its_node_is_cut_off", "6, 8");
     run_case(factory, meta, |cx| async move {
         let servers = faultable(&cx).await?;
         let figures = each_node(servers, "the standby's", |node, fault| {

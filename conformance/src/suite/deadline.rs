@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::candidate::{elector, Leader};
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::{BackendFactory, Link, LinkFault, TtlStart};
 use crate::report::{CaseReport, Property};
 
@@ -69,11 +69,7 @@ fn counted_from_send(
 pub async fn deadline_counts_from_send_under_delayed_answers(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "deadline_counts_from_send_under_delayed_answers",
-        contract: "5",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("deadline_counts_from_send_under_delayed_answers", "5");
     run_case(factory, meta, |cx| async move {
         let client = cx.client().await?;
         let Some(link) = client.link.clone() else {

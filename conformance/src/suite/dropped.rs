@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Failure};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::{BackendFactory, LinkFault};
 use crate::report::{CaseReport, Property};
 
@@ -24,11 +24,7 @@ const DROP_POINTS: u32 = 8;
 /// Elector, campaigning again, must lead within one round trip too (not
 /// wait behind its own ghost).
 pub async fn dropped_acquire_leaves_nothing(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "dropped_acquire_leaves_nothing",
-        contract: "4",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("dropped_acquire_leaves_nothing", "4");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let Some(link) = ca.link.clone() else {

@@ -9,7 +9,7 @@ use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Holder, Leader, Running, Standby};
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::Write;
 use crate::factory::{BackendFactory, LinkFault};
 use crate::report::{CaseReport, Property};
@@ -29,11 +29,7 @@ fn millis(d: Duration) -> f64 {
 /// [`Timing::at_once`](crate::Timing::at_once), each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "resign_hands_over_at_once",
-        contract: "3, 8",
-        quiet: Quiet::Machine,
-    };
+    let meta = Meta::machine("resign_hands_over_at_once", "3, 8");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -118,11 +114,7 @@ pub(crate) async fn steps_down(
 /// backend's slack up to 1 s, and 250 ms), never before the crashed leader's
 /// last `valid_until`; the crashed leader's late write is refused.
 pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "crashed_leader_taken_over_after_ttl",
-        contract: "6, 9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("crashed_leader_taken_over_after_ttl", "6, 9");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -189,11 +181,10 @@ pub async fn crashed_leader_taken_over_after_ttl(factory: Arc<dyn BackendFactory
 pub async fn partitioned_leader_steps_down_before_anyone_else_leads(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "partitioned_leader_steps_down_before_anyone_else_leads",
-        contract: "5, 6, 8",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared(
+        "partitioned_leader_steps_down_before_anyone_else_leads",
+        "5, 6, 8",
+    );
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let Some(link) = ca.link.clone() else {

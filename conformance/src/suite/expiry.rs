@@ -10,7 +10,7 @@ use tenure_core::{AcquireMode, Acquisition, ElectionKey, Lease};
 use tokio::time::Instant;
 
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::{BackendFactory, Client, Link, LinkFault};
 use crate::report::{CaseReport, Property};
 
@@ -80,11 +80,7 @@ async fn take_when_free(
 pub async fn deadline_ends_before_the_servers_expiry(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "deadline_ends_before_the_servers_expiry",
-        contract: "5",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("deadline_ends_before_the_servers_expiry", "5");
     run_case(factory, meta, |cx| async move {
         let cb = cx.client().await?;
         let Some(lb) = cb.link.clone() else {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Standby};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::BackendFactory;
 use crate::report::CaseReport;
 
@@ -50,11 +50,7 @@ pub const SETTLE: Duration = Duration::from_millis(10);
 pub async fn handover_p50_over_repeated_resignations(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "handover_p50_over_repeated_resignations",
-        contract: "3, 8",
-        quiet: Quiet::Machine,
-    };
+    let meta = Meta::machine("handover_p50_over_repeated_resignations", "3, 8");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();

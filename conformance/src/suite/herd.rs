@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::candidate::Holder;
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
@@ -70,13 +70,9 @@ async fn until_requests_settle(cx: &Cx, limit: Duration) -> Step<bool> {
 /// counts them ([`BackendFactory::server_requests`]), every request and
 /// notification the servers served per change.
 pub async fn herd_writes_per_leadership_change(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "herd_writes_per_leadership_change",
-        contract: "3",
-        // Alone on the machine, and last: it counts every request the
-        // servers serve, and its hundred clients load the machine.
-        quiet: Quiet::Machine,
-    };
+    // Alone on the machine, and last: it counts every request the
+    // servers serve, and its hundred clients load the machine.
+    let meta = Meta::machine("herd_writes_per_leadership_change", "3");
     run_case(factory, meta, |cx| async move {
         let Some(first) = cx.factory().server_writes().await else {
             return Err(Failure::Skip("the factory has no server write counter".into()));

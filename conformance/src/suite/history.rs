@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::candidate::Holder;
 use super::context::{Context, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, vacant, Watcher};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -36,12 +36,8 @@ async fn compact(cx: &super::context::Cx) -> Step {
 pub async fn standby_waits_through_history_compaction(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "standby_waits_through_history_compaction",
-        contract: "3, 10",
-        // Compaction, and the watches it ends, reach every case of the backend.
-        quiet: Quiet::Backend,
-    };
+    // Compaction, and the watches it ends, reach every case of the backend.
+    let meta = Meta::backend("standby_waits_through_history_compaction", "3, 10");
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let key = cx.new_key();

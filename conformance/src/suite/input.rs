@@ -10,7 +10,7 @@ use tenure_core::{
 };
 
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
@@ -154,11 +154,7 @@ fn builder_refuses(
 }
 
 fn meta(name: &'static str) -> Meta {
-    Meta {
-        name,
-        contract: "1",
-        quiet: Quiet::Backend,
-    }
+    Meta::backend(name, "1")
 }
 
 /// An empty key cannot be made, in the API or the Elector builder.

@@ -7,7 +7,7 @@ use tenure_core::{ElectionKey, LeaderEvent};
 
 use super::candidate::Holder;
 use super::context::{Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::{BackendFactory, Client};
 use crate::report::{CaseReport, Property};
@@ -177,11 +177,7 @@ async fn parent_release_leaves_child_alone(
 /// is granted too. Hold both: releasing `k` leaves `k/b` held, renewable
 /// with its token, and `k`'s watch reports none of `k/b`'s changes.
 pub async fn nested_keys_are_independent(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "nested_keys_are_independent",
-        contract: "12",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("nested_keys_are_independent", "12");
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let parent = cx.new_key();

@@ -9,7 +9,7 @@ use tokio::time::{sleep_until, Instant};
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Cx, Failure, Step};
 use super::faults::{applied, millis, restore, server_leader};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::Write;
 use crate::factory::{BackendFactory, ServerFaults};
 use crate::report::{CaseReport, Property};
@@ -25,11 +25,10 @@ use crate::report::{CaseReport, Property};
 pub async fn server_node_killed_leader_survives_or_fails_over(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "server_node_killed_leader_survives_or_fails_over",
-        contract: "5, 6, 8",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend(
+        "server_node_killed_leader_survives_or_fails_over",
+        "5, 6, 8",
+    );
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {
             return Err(Failure::Skip("the factory cannot kill server nodes".into()));

@@ -12,7 +12,7 @@ use super::candidate::{elector, Holder, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::cutoff::{each_node, faultable, Fault};
 use super::faults::{applied, server_leader};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::{BackendFactory, ServerFaults};
 use crate::report::{CaseReport, Property};
@@ -39,11 +39,7 @@ use crate::report::{CaseReport, Property};
 pub async fn observer_sees_failover_when_its_node_is_cut_off(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "observer_sees_failover_when_its_node_is_cut_off",
-        contract: "10",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend("observer_sees_failover_when_its_node_is_cut_off", "10");
     run_case(factory, meta, |cx| async move {
         let servers = faultable(&cx).await?;
         let figures = each_node(servers, "the observer's", |node, fault| {

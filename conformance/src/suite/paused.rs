@@ -11,7 +11,7 @@ use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
 use super::nodes::{finish, hand_over, still_leads};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::{BackendFactory, ServerFaults};
 use crate::report::{CaseReport, Property};
 
@@ -61,11 +61,7 @@ async fn paused_node(
     name: &'static str,
     which: Paused,
 ) -> CaseReport {
-    let meta = Meta {
-        name,
-        contract: "5, 6, 8",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend(name, "5, 6, 8");
     run_case(factory, meta, move |cx| async move {
         let Some(servers) = cx.factory().servers() else {
             return Err(Failure::Skip(

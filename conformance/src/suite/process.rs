@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::candidate::{elector, Standby};
 use super::context::{Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::{TermId, Write};
 use crate::factory::BackendFactory;
 use crate::process::clock::from_ns;
@@ -80,11 +80,7 @@ async fn leading_process(
 pub async fn paused_candidate_loses_and_its_write_is_refused(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "paused_candidate_loses_and_its_write_is_refused",
-        contract: "6, 9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("paused_candidate_loses_and_its_write_is_refused", "6, 9");
     run_case(factory, meta, |cx| async move {
         let key = cx.new_key();
         let (mut a, term, token) = leading_process(&cx, &key).await?;
@@ -158,11 +154,7 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(
 pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "killed_candidate_taken_over_within_ttl_plus_1s",
-        contract: "6, 9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("killed_candidate_taken_over_within_ttl_plus_1s", "6, 9");
     run_case(factory, meta, |cx| async move {
         let key = cx.new_key();
         let (mut a, term, token) = leading_process(&cx, &key).await?;

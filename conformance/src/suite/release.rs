@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::candidate::Holder;
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::{BackendFactory, Client, LinkFault};
 use crate::report::{CaseReport, Property};
@@ -52,11 +52,7 @@ async fn granted(
 pub async fn release_lets_waiting_standby_lead_at_once(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "release_lets_waiting_standby_lead_at_once",
-        contract: "3, 8",
-        quiet: Quiet::Machine,
-    };
+    let meta = Meta::machine("release_lets_waiting_standby_lead_at_once", "3, 8");
     run_case(factory, meta, |cx| async move {
         let clients = [cx.client().await?, cx.client().await?];
         let names = ["a", "b"];
@@ -89,11 +85,7 @@ pub async fn release_lets_waiting_standby_lead_at_once(
 pub async fn release_after_cancelled_renew_frees_at_once(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "release_after_cancelled_renew_frees_at_once",
-        contract: "8",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("release_after_cancelled_renew_frees_at_once", "8");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let Some(link) = ca.link.clone() else {
@@ -127,11 +119,7 @@ pub async fn release_after_cancelled_renew_frees_at_once(
 pub async fn stale_release_leaves_new_holder_in_place(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "stale_release_leaves_new_holder_in_place",
-        contract: "8",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("stale_release_leaves_new_holder_in_place", "8");
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let key = cx.new_key();

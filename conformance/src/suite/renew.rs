@@ -7,7 +7,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::candidate::Holder;
 use super::context::Cx;
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, vacant, Watcher};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -35,11 +35,7 @@ async fn renew_checked(cx: &Cx, a: &mut Holder) -> super::context::Step {
 /// Renewing every third of the TTL keeps the lease past its first TTL:
 /// another candidate's attempt then still finds it held.
 pub async fn renew_extends(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "renew_extends",
-        contract: "5, 7",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("renew_extends", "5, 7");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -71,11 +67,7 @@ pub async fn renew_extends(factory: Arc<dyn BackendFactory>) -> CaseReport {
 /// After the lease ran out (and again after someone else took it), renewing
 /// fails with `LeaseLost`.
 pub async fn renew_after_expiry_is_lease_lost(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "renew_after_expiry_is_lease_lost",
-        contract: "7",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("renew_after_expiry_is_lease_lost", "7");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -111,11 +103,7 @@ pub async fn renew_after_expiry_is_lease_lost(factory: Arc<dyn BackendFactory>) 
 /// grant was sent, and no later than the TTL plus the backend's slack plus
 /// a round trip after its answer.
 pub async fn expiry_after_ttl_not_before(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "expiry_after_ttl_not_before",
-        contract: "6",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("expiry_after_ttl_not_before", "6");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::candidate::Holder;
 use super::context::Failure;
 use super::faults::{applied, millis};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::Write;
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -24,11 +24,7 @@ fn shown(token: Option<FencingToken>) -> String {
 pub async fn cluster_restart_tokens_keep_increasing(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "cluster_restart_tokens_keep_increasing",
-        contract: "9",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend("cluster_restart_tokens_keep_increasing", "9");
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {
             return Err(Failure::Skip(

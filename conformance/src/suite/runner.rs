@@ -24,6 +24,35 @@ pub struct Meta {
     pub quiet: Quiet,
 }
 
+impl Meta {
+    /// A case that may run beside any other ([`Quiet::Shared`]).
+    pub const fn shared(name: &'static str, contract: &'static str) -> Meta {
+        Meta {
+            name,
+            contract,
+            quiet: Quiet::Shared,
+        }
+    }
+
+    /// A case that runs alone among its backend's ([`Quiet::Backend`]).
+    pub const fn backend(name: &'static str, contract: &'static str) -> Meta {
+        Meta {
+            name,
+            contract,
+            quiet: Quiet::Backend,
+        }
+    }
+
+    /// A case that runs alone on the machine ([`Quiet::Machine`]).
+    pub const fn machine(name: &'static str, contract: &'static str) -> Meta {
+        Meta {
+            name,
+            contract,
+            quiet: Quiet::Machine,
+        }
+    }
+}
+
 /// What else may run while a case runs (cases of one test binary run in parallel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Quiet {

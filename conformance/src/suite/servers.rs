@@ -7,7 +7,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::candidate::{elector, Leader, Running, Standby};
 use super::context::{Context, Failure};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::Write;
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
@@ -22,11 +22,7 @@ use crate::report::{CaseReport, Property};
 pub async fn servers_paused_longer_than_ttl_leader_steps_down(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "servers_paused_longer_than_ttl_leader_steps_down",
-        contract: "5, 6",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend("servers_paused_longer_than_ttl_leader_steps_down", "5, 6");
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {
             return Err(Failure::Skip("the factory cannot pause the servers".into()));

@@ -12,7 +12,7 @@ use tokio::time::{sleep, Instant};
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::safety::Write;
 use crate::factory::{BackendFactory, Client, Link, LinkFault, ServerFaults};
 use crate::report::{CaseReport, Property};
@@ -37,11 +37,7 @@ use crate::report::{CaseReport, Property};
 pub async fn session_shrunk_on_reconnect_holder_stops_first(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "session_shrunk_on_reconnect_holder_stops_first",
-        contract: "5, 6, 8",
-        quiet: Quiet::Backend,
-    };
+    let meta = Meta::backend("session_shrunk_on_reconnect_holder_stops_first", "5, 6, 8");
     run_case(factory, meta, |cx| async move {
         let Some(servers) = cx.factory().servers() else {
             return Err(Failure::Skip(

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Running, Standby};
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::{BackendFactory, Client, LinkFault};
 use crate::report::{CaseReport, Property};
 
@@ -56,11 +56,7 @@ async fn leads_at_once(cx: &Cx, standby: Standby, since: Instant, what: &str) ->
 /// confirmed is still valid then (the witness at the grant sees it). The
 /// work `run` runs must be cancelled before the standby is granted.
 pub async fn shutdown_releases_before_returning(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "shutdown_releases_before_returning",
-        contract: "8, 11",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("shutdown_releases_before_returning", "8, 11");
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cc, cd) = (
             cx.client().await?,

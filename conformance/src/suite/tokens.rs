@@ -10,18 +10,14 @@ use tokio::time::Instant;
 use super::candidate::Holder;
 use super::context::{Cx, Failure, Step};
 use super::faults::millis;
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use crate::factory::BackendFactory;
 use crate::report::{CaseReport, Property};
 
 /// Tokens strictly increase over grants by a single attempt, to the same
 /// identity again, through the waiting line, and after an expiry.
 pub async fn tokens_strictly_increase(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "tokens_strictly_increase",
-        contract: "9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("tokens_strictly_increase", "9");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -95,11 +91,7 @@ async fn wipe(cx: &super::context::Cx, key: &tenure_core::ElectionKey) -> Step {
 /// [`Timing::at_once_max`](crate::factory::Timing) of the wipe instead
 /// (the figure: the later of the two wipes).
 pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "token_increases_after_state_wiped",
-        contract: "9",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("token_increases_after_state_wiped", "9");
     run_case(factory, meta, |cx| async move {
         if !cx.caps().fencing {
             return Err(Failure::Skip("capabilities: fencing = false".into()));

@@ -10,7 +10,7 @@ use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{elected, vacant, Watcher};
 use crate::factory::{BackendFactory, Link, LinkFault};
 use crate::report::{CaseReport, Property};
@@ -33,11 +33,7 @@ const RESETS: u32 = 4;
 ///
 /// [`reconnect_backoff`]: BackendFactory::reconnect_backoff
 pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "transient_errors_are_not_a_lost_lease",
-        contract: "5, 7",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("transient_errors_are_not_a_lost_lease", "5, 7");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let Some(link) = ca.link.clone() else {
@@ -218,17 +214,13 @@ const DROP_POINTS: u32 = 8;
 /// [`BackendFactory::grant_outlives_lost_answer`]), and a must not believe
 /// it leads.
 pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "dropped_answer_leaves_no_ghost_grant",
-        contract: "2, 4",
-        // Timed: the standby must lead within a round trip of a giving up
-        // (a read and a compare-and-swap to withdraw the grant, then the
-        // standby's own take-over), and the case reports that failover.
-        // Beside another lane's fault cases on two cores, Kubernetes on
-        // three etcd nodes once took more than 250 ms for what takes
-        // 32 to 68 ms alone.
-        quiet: Quiet::Machine,
-    };
+    // Timed: the standby must lead within a round trip of a giving up
+    // (a read and a compare-and-swap to withdraw the grant, then the
+    // standby's own take-over), and the case reports that failover.
+    // Beside another lane's fault cases on two cores, Kubernetes on
+    // three etcd nodes once took more than 250 ms for what takes
+    // 32 to 68 ms alone.
+    let meta = Meta::machine("dropped_answer_leaves_no_ghost_grant", "2, 4");
     run_case(factory, meta, |cx| async move {
         let (cb, cc) = (cx.client().await?, cx.client().await?);
         let rt = cx.timing().round_trip;

@@ -7,7 +7,7 @@ use tenure_core::{LeaderEvent, LeaderInfo};
 
 use super::candidate::Holder;
 use super::context::{Cx, Step};
-use super::runner::{run_case, Meta, Quiet};
+use super::runner::{run_case, Meta};
 use super::watcher::{show, Watcher};
 use crate::factory::{BackendFactory, Client};
 use crate::report::{CaseReport, Property};
@@ -70,11 +70,7 @@ async fn step(
 
 /// A new watch reports the state at the time it is opened: vacant, held, vacant again.
 pub async fn watch_starts_with_current_state(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta {
-        name: "watch_starts_with_current_state",
-        contract: "10",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("watch_starts_with_current_state", "10");
     run_case(factory, meta, |cx| async move {
         let (ca, cb) = (cx.client().await?, cx.client().await?);
         let key = cx.new_key();
@@ -92,11 +88,7 @@ pub async fn watch_starts_with_current_state(factory: Arc<dyn BackendFactory>) -
 pub async fn watch_reports_changes_in_order_and_vacancy(
     factory: Arc<dyn BackendFactory>,
 ) -> CaseReport {
-    let meta = Meta {
-        name: "watch_reports_changes_in_order_and_vacancy",
-        contract: "10",
-        quiet: Quiet::Shared,
-    };
+    let meta = Meta::shared("watch_reports_changes_in_order_and_vacancy", "10");
     run_case(factory, meta, |cx| async move {
         let (ca, cb, cw) = (cx.client().await?, cx.client().await?, cx.client().await?);
         let key = cx.new_key();
