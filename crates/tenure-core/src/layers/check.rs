@@ -29,17 +29,10 @@ impl<B: LeaseBackend> Checked<B> {
     }
 }
 
-/// Makes [`Checked`] backends.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CheckLayer;
-
-impl<B: LeaseBackend> Layer<B> for CheckLayer {
-    type Backend = Checked<B>;
-
-    fn layer(&self, inner: B) -> Checked<B> {
-        Checked::new(inner)
-    }
-}
+layer_of!(
+    /// Makes [`Checked`] backends.
+    CheckLayer => Checked
+);
 
 #[async_trait]
 impl<B: LeaseBackend> LeaseBackend for Checked<B> {

@@ -62,17 +62,10 @@ impl<B: LeaseBackend> OnHeartbeat<B> {
     }
 }
 
-/// Makes [`OnHeartbeat`] backends.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HeartbeatLayer;
-
-impl<B: LeaseBackend> Layer<B> for HeartbeatLayer {
-    type Backend = OnHeartbeat<B>;
-
-    fn layer(&self, inner: B) -> OnHeartbeat<B> {
-        OnHeartbeat::new(inner)
-    }
-}
+layer_of!(
+    /// Makes [`OnHeartbeat`] backends.
+    HeartbeatLayer => OnHeartbeat
+);
 
 #[async_trait]
 impl<B: LeaseBackend> LeaseBackend for OnHeartbeat<B> {

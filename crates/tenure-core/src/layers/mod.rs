@@ -94,6 +94,24 @@ macro_rules! pass_through_to_inner {
     };
 }
 
+/// The [`Layer`] that wraps a backend in `$wrapper::new`: a unit struct
+/// with the given docs.
+macro_rules! layer_of {
+    ($(#[$doc:meta])* $layer:ident => $wrapper:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $layer;
+
+        impl<B: LeaseBackend> Layer<B> for $layer {
+            type Backend = $wrapper<B>;
+
+            fn layer(&self, inner: B) -> $wrapper<B> {
+                $wrapper::new(inner)
+            }
+        }
+    };
+}
+
 mod check;
 mod heartbeat;
 mod trace;

@@ -29,17 +29,10 @@ impl<B: LeaseBackend> Traced<B> {
     }
 }
 
-/// Makes [`Traced`] backends.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TraceLayer;
-
-impl<B: LeaseBackend> Layer<B> for TraceLayer {
-    type Backend = Traced<B>;
-
-    fn layer(&self, inner: B) -> Traced<B> {
-        Traced::new(inner)
-    }
-}
+layer_of!(
+    /// Makes [`Traced`] backends.
+    TraceLayer => Traced
+);
 
 #[async_trait]
 impl<B: LeaseBackend> LeaseBackend for Traced<B> {
