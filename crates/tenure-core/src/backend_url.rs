@@ -386,18 +386,25 @@ fn parse_host(text: &str) -> std::result::Result<Host, String> {
     })
 }
 
+/// The reason a backend's URL parser gave for refusing `url`: the text of
+/// `result`'s [`Error::InvalidArgument`] naming `url`. For the parsers'
+/// tests: panics, naming `url`, on any other result.
+pub fn refusal(url: &str, result: Result<impl std::fmt::Debug>) -> String {
+    match result {
+        Err(Error::InvalidArgument {
+            field: "url",
+            reason,
+        }) => reason,
+        other => panic!("{url}: expected InvalidArgument naming url, got {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn reason(result: Result<impl std::fmt::Debug>) -> String {
-        match result {
-            Err(Error::InvalidArgument {
-                field: "url",
-                reason,
-            }) => reason,
-            other => panic!("expected InvalidArgument naming url, got {other:?}"),
-        }
+        refusal("the URL", result)
     }
 
     #[test]

@@ -148,16 +148,10 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure_core::Error;
+    use tenure_core::backend_url::refusal;
 
     fn reason(url: &str) -> String {
-        match parse(url) {
-            Err(Error::InvalidArgument {
-                field: "url",
-                reason,
-            }) => reason,
-            other => panic!("{url}: expected InvalidArgument naming url, got {other:?}"),
-        }
+        refusal(url, parse(url))
     }
 
     #[test]

@@ -55,16 +55,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use tenure_core::Error;
+    use tenure_core::backend_url::refusal;
 
     fn reason(url: &str) -> String {
-        match parse(url) {
-            Err(Error::InvalidArgument {
-                field: "url",
-                reason,
-            }) => reason,
-            other => panic!("{url}: expected InvalidArgument naming url, got {other:?}"),
-        }
+        refusal(url, parse(url))
     }
 
     #[test]
