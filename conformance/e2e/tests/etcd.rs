@@ -15,7 +15,12 @@ use tenure_conformance::{BackendFactory, ServerFaults, Target};
 use tenure_core::{ElectionKey, LeaseBackend, Result};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 use tenure_testkit::harness::{Cluster, EtcdAuth, EtcdTokens, ServerStats, Topology};
-use tenure_testkit::{harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams};
+use tenure_testkit::{
+    endpoints, harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams,
+};
+
+/// The suite's candidate process: its cases over `tenure::connect`.
+const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
 
 struct Etcd {
     cluster: Arc<Cluster>,
@@ -77,13 +82,12 @@ async fn deploy(cluster: Cluster, name: &'static str) -> Arc<dyn BackendFactory>
         inspector,
         user,
     };
-    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
     Arc::new(ClusterFactory::new(
         name,
         etcd,
         capabilities,
         version,
-        program,
+        CANDIDATE,
     ))
 }
 
@@ -115,11 +119,11 @@ impl Etcd {
 #[async_trait]
 impl Deployment for Etcd {
     fn upstreams(&self) -> Upstreams {
-        Upstreams::Nodes(self.cluster.nodes().iter().map(|n| n.addr()).collect())
+        Upstreams::nodes_of(&self.cluster)
     }
 
     async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
-        let endpoints: Vec<String> = through.iter().map(|a| a.to_string()).collect();
+        let endpoints = endpoints(through);
         let backend = EtcdBackend::connect(&endpoints, options(&self.user)).await?;
         Ok(Arc::new(backend))
     }
@@ -235,12 +239,7 @@ const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
 fn main() -> std::process::ExitCode {
     // `TENURE_LOG=tenure_etcd=debug` (with `--nocapture`) logs the backend.
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
+    tenure_testkit::log_from_env();
     tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "etcd-1node"))
             .expect_skips(&[

@@ -56,6 +56,9 @@ enum ApiServer {
     },
 }
 
+/// The suite's candidate process: its cases over `tenure::connect`.
+const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+
 struct Kube {
     api_server: ApiServer,
     /// A client without a proxy, for looking at the server.
@@ -71,13 +74,12 @@ fn real_cluster() -> Option<PathBuf> {
 
 fn factory(name: &'static str, kube: Kube, version: Option<String>) -> Arc<dyn BackendFactory> {
     let capabilities = kube.inspector.capabilities();
-    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
     Arc::new(ClusterFactory::new(
         name,
         kube,
         capabilities,
         version,
-        program,
+        CANDIDATE,
     ))
 }
 

@@ -20,8 +20,13 @@ use tenure_core::{AcquireMode, Acquisition, Candidacy, ElectionKey, Lease, Lease
 use tenure_redis::redis::aio::MultiplexedConnection;
 use tenure_redis::{RedisBackend, RedlockOptions};
 use tenure_testkit::harness::{Cluster, Topology};
-use tenure_testkit::{harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams};
+use tenure_testkit::{
+    endpoints, harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams,
+};
 use tokio::time::Instant;
+
+/// The suite's candidate process: its cases over `tenure::connect`.
+const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
 
 struct Redis {
     cluster: Arc<Cluster>,
@@ -50,13 +55,12 @@ async fn deploy(masters: usize, name: &'static str) -> Arc<RedisFactory> {
         servers: ClusterServers::new(cluster.clone()),
         cluster,
     };
-    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
     Arc::new(ClusterFactory::new(
         name,
         redis,
         inspector.capabilities(),
         version,
-        program,
+        CANDIDATE,
     ))
 }
 
@@ -98,11 +102,11 @@ impl Redis {
 #[async_trait]
 impl Deployment for Redis {
     fn upstreams(&self) -> Upstreams {
-        Upstreams::Nodes(self.cluster.nodes().iter().map(|n| n.addr()).collect())
+        Upstreams::nodes_of(&self.cluster)
     }
 
     async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
-        let endpoints: Vec<String> = through.iter().map(|a| a.to_string()).collect();
+        let endpoints = endpoints(through);
         let backend = RedisBackend::builder(&endpoints)
             .allow_unfenced()
             .connect()
@@ -539,12 +543,7 @@ const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
 fn main() -> std::process::ExitCode {
     // `TENURE_LOG=tenure_redis=debug` (with `--nocapture`) logs the backend.
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
+    tenure_testkit::log_from_env();
     let code = tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "redis-1master"))
             .expect_skips(&[

@@ -14,7 +14,9 @@ use tenure_core::{Capabilities, ElectionKey, LeaseBackend, Result};
 use tenure_testkit::harness::{wait_for, Cluster, Topology};
 use tenure_testkit::proxy::Tap;
 use tenure_testkit::taps::ZooKeeperMessages;
-use tenure_testkit::{harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams};
+use tenure_testkit::{
+    endpoints, harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams,
+};
 use tenure_zookeeper::zookeeper_client::Error as ZkError;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
 
@@ -36,6 +38,9 @@ fn options() -> ZooKeeperOptions {
         .with_tick_time(TICK_TIME)
 }
 
+/// The suite's candidate process: its cases over `tenure::connect`.
+const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+
 struct ZooKeeper {
     cluster: Arc<Cluster>,
     servers: ClusterServers,
@@ -56,12 +61,7 @@ struct ZooKeeper {
 
 async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
     // `TENURE_LOG=tenure_zookeeper=debug` (with `--nocapture`) logs the backend.
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
+    tenure_testkit::log_from_env();
     let cluster = Cluster::start(Topology::ZooKeeper { nodes })
         .await
         .expect("ZooKeeper ensemble");
@@ -80,13 +80,12 @@ async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
         backends: Default::default(),
         messages: ZooKeeperMessages::new(),
     };
-    let program = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
     Arc::new(ClusterFactory::new(
         name,
         zookeeper,
         capabilities,
         version,
-        program,
+        CANDIDATE,
     ))
 }
 
@@ -203,7 +202,7 @@ fn delete_if_empty<'a>(
 #[async_trait]
 impl Deployment for ZooKeeper {
     fn upstreams(&self) -> Upstreams {
-        Upstreams::Nodes(self.cluster.nodes().iter().map(|n| n.addr()).collect())
+        Upstreams::nodes_of(&self.cluster)
     }
 
     fn tap(&self) -> Option<Arc<dyn Tap>> {
@@ -211,7 +210,7 @@ impl Deployment for ZooKeeper {
     }
 
     async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
-        let endpoints: Vec<String> = through.iter().map(|a| a.to_string()).collect();
+        let endpoints = endpoints(through);
         let backend = ZooKeeperBackend::connect(&endpoints.join(","), options()).await?;
         self.sessions_opened.fetch_add(1, Ordering::SeqCst);
         let backend = Arc::new(backend);

@@ -24,6 +24,7 @@ use tenure_conformance::{
 };
 use tenure_core::{Capabilities, ElectionKey, Error, LeaseBackend, Result};
 
+use crate::harness::Cluster;
 use crate::link::ProxyLink;
 use crate::proxy::Tap;
 
@@ -39,6 +40,18 @@ pub enum Upstreams {
     /// No proxy: the client connects as configured (it goes through an
     /// HTTP proxy already), and has no link.
     Direct,
+}
+
+impl Upstreams {
+    /// One proxy per node of `cluster`.
+    pub fn nodes_of(cluster: &Cluster) -> Upstreams {
+        Upstreams::Nodes(cluster.nodes().iter().map(|n| n.addr()).collect())
+    }
+}
+
+/// `addrs` as `host:port` endpoints.
+pub fn endpoints(addrs: &[SocketAddr]) -> Vec<String> {
+    addrs.iter().map(|a| a.to_string()).collect()
 }
 
 /// A backend's part of a [`ClusterFactory`]: how its clients connect, and

@@ -36,5 +36,17 @@ pub mod proxy;
 pub mod taps;
 
 pub use cluster_servers::ClusterServers;
-pub use factory::{harness_error, ClusterFactory, Deployment, Upstreams};
+pub use factory::{endpoints, harness_error, ClusterFactory, Deployment, Upstreams};
 pub use link::ProxyLink;
+
+/// Logs to stderr as `TENURE_LOG` says (an `EnvFilter`, such as
+/// `tenure_etcd=debug`; with `--nocapture` in a test), if it is set; for a
+/// test binary's `main`.
+pub fn log_from_env() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
