@@ -80,37 +80,24 @@ fn feature_off(url: &str, feature: &str) -> Error {
     )
 }
 
-async fn etcd(url: &str) -> Result<Arc<dyn LeaseBackend>> {
-    #[cfg(feature = "etcd")]
-    return Ok(Arc::new(tenure_etcd::EtcdBackend::connect_url(url).await?));
-    #[cfg(not(feature = "etcd"))]
-    return Err(feature_off(url, "etcd"));
+/// `async fn $name(url)`: a client of the backend `$client` (a type with
+/// `connect_url`) when tenure's cargo feature `$feature` is on, else the
+/// error that says it is off.
+macro_rules! connect_with {
+    ($name:ident, $feature:literal, $client:path) => {
+        async fn $name(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+            #[cfg(feature = $feature)]
+            return Ok(Arc::new(<$client>::connect_url(url).await?));
+            #[cfg(not(feature = $feature))]
+            return Err(feature_off(url, $feature));
+        }
+    };
 }
 
-async fn zookeeper(url: &str) -> Result<Arc<dyn LeaseBackend>> {
-    #[cfg(feature = "zookeeper")]
-    return Ok(Arc::new(
-        tenure_zookeeper::ZooKeeperBackend::connect_url(url).await?,
-    ));
-    #[cfg(not(feature = "zookeeper"))]
-    return Err(feature_off(url, "zookeeper"));
-}
-
-async fn kube(url: &str) -> Result<Arc<dyn LeaseBackend>> {
-    #[cfg(feature = "kube")]
-    return Ok(Arc::new(tenure_kube::KubeBackend::connect_url(url).await?));
-    #[cfg(not(feature = "kube"))]
-    return Err(feature_off(url, "kube"));
-}
-
-async fn redis(url: &str) -> Result<Arc<dyn LeaseBackend>> {
-    #[cfg(feature = "redis")]
-    return Ok(Arc::new(
-        tenure_redis::RedisBackend::connect_url(url).await?,
-    ));
-    #[cfg(not(feature = "redis"))]
-    return Err(feature_off(url, "redis"));
-}
+connect_with!(etcd, "etcd", tenure_etcd::EtcdBackend);
+connect_with!(zookeeper, "zookeeper", tenure_zookeeper::ZooKeeperBackend);
+connect_with!(kube, "kube", tenure_kube::KubeBackend);
+connect_with!(redis, "redis", tenure_redis::RedisBackend);
 
 #[cfg(test)]
 mod tests {
