@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tenure_core::{Elector, Leadership, Term};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
@@ -66,15 +67,56 @@ impl State {
     }
 }
 
-type Out = Arc<Mutex<tokio::io::Stdout>>;
+/// Where a candidate says what it has to say (its stdout), shared by its
+/// tasks: one message a line, whole.
+#[derive(Clone)]
+pub struct Out(Arc<Mutex<tokio::io::Stdout>>);
 
-async fn say(out: &Out, message: &Message) {
-    let mut line = serde_json::to_string(message).expect("messages serialize");
-    line.push('\n');
-    let mut out = out.lock().await;
-    // The driver going away ends the candidate through stdin; ignore write errors here.
-    let _ = out.write_all(line.as_bytes()).await;
-    let _ = out.flush().await;
+impl Out {
+    /// This process's stdout.
+    pub fn stdout() -> Out {
+        Out(Arc::new(Mutex::new(tokio::io::stdout())))
+    }
+
+    /// Writes `message` as one line.
+    pub async fn say(&self, message: &Message) {
+        let mut line = serde_json::to_string(message).expect("messages serialize");
+        line.push('\n');
+        let mut out = self.0.lock().await;
+        // The driver going away ends the candidate through stdin; ignore write errors here.
+        let _ = out.write_all(line.as_bytes()).await;
+        let _ = out.flush().await;
+    }
+}
+
+/// What a candidate does with the driver's commands, for [`serve`].
+#[async_trait]
+pub trait Commands: Send {
+    /// Carries out `op`; the error to reply with, if it failed.
+    async fn handle(&mut self, op: Command) -> Option<String>;
+
+    /// The candidate's view, for the reply.
+    async fn status(&self) -> Status;
+}
+
+/// The candidate's side of the protocol: `ready`, then a reply to each
+/// command read from stdin, until stdin closes or `exit` is answered.
+pub async fn serve(out: &Out, commands: &mut impl Commands) -> Result<(), String> {
+    let pid = std::process::id();
+    out.say(&Message::Ready { pid }).await;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+        let request: Request =
+            serde_json::from_str(&line).map_err(|e| format!("bad command {line:?}: {e}"))?;
+        let error = commands.handle(request.op).await;
+        let status = commands.status().await;
+        let id = request.id;
+        out.say(&Message::Reply { id, error, status }).await;
+        if request.op == Command::Exit {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Campaigns in the background; reports `elected`, then `lost`.
@@ -95,7 +137,7 @@ fn campaign(elector: Elector, state: Arc<Mutex<State>>, out: Out) {
             at_ns,
             valid_until_ns: to_ns(term.valid_until()),
         };
-        say(&out, &elected).await;
+        out.say(&elected).await;
         let reason = term.lost().await;
         let at_ns = to_ns(tokio::time::Instant::now());
         let lost = Message::Lost {
@@ -103,8 +145,39 @@ fn campaign(elector: Elector, state: Arc<Mutex<State>>, out: Out) {
             at_ns,
             valid_until_ns: to_ns(term.valid_until()),
         };
-        say(&out, &lost).await;
+        out.say(&lost).await;
     });
+}
+
+/// An Elector's answers to the driver's commands.
+struct ElectorCommands {
+    elector: Elector,
+    state: Arc<Mutex<State>>,
+    out: Out,
+}
+
+#[async_trait]
+impl Commands for ElectorCommands {
+    async fn handle(&mut self, op: Command) -> Option<String> {
+        match op {
+            Command::Campaign => {
+                campaign(self.elector.clone(), self.state.clone(), self.out.clone());
+                None
+            }
+            Command::Resign => {
+                let leadership = self.state.lock().await.leadership.take();
+                match leadership {
+                    Some(l) => l.resign().await.err().map(|e| e.to_string()),
+                    None => Some("not leading".into()),
+                }
+            }
+            Command::Status | Command::Write | Command::Exit => None,
+        }
+    }
+
+    async fn status(&self) -> Status {
+        self.state.lock().await.status()
+    }
 }
 
 /// Runs a candidate with `connector` until stdin closes or `exit` arrives.
@@ -119,49 +192,13 @@ pub async fn run(args: Args, connector: Connector) -> Result<(), String> {
         .allow_unfenced()
         .build()
         .map_err(|e| e.to_string())?;
-    let out: Out = Arc::new(Mutex::new(tokio::io::stdout()));
-    let state = Arc::new(Mutex::new(State::default()));
-    say(
-        &out,
-        &Message::Ready {
-            pid: std::process::id(),
-        },
-    )
-    .await;
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
-        let request: Request = match serde_json::from_str(&line) {
-            Ok(r) => r,
-            Err(e) => return Err(format!("bad command {line:?}: {e}")),
-        };
-        let error = match request.op {
-            Command::Campaign => {
-                campaign(elector.clone(), state.clone(), out.clone());
-                None
-            }
-            Command::Resign => {
-                let leadership = state.lock().await.leadership.take();
-                match leadership {
-                    Some(l) => l.resign().await.err().map(|e| e.to_string()),
-                    None => Some("not leading".into()),
-                }
-            }
-            Command::Status | Command::Write | Command::Exit => None,
-        };
-        let status = state.lock().await.status();
-        say(
-            &out,
-            &Message::Reply {
-                id: request.id,
-                error,
-                status,
-            },
-        )
-        .await;
-        if request.op == Command::Exit {
-            break;
-        }
-    }
+    let out = Out::stdout();
+    let mut commands = ElectorCommands {
+        elector: elector.clone(),
+        state: Arc::default(),
+        out: out.clone(),
+    };
+    serve(&out, &mut commands).await?;
     elector.shutdown().await;
     Ok(())
 }

@@ -17,12 +17,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::future::BoxFuture;
 use tenure::LeaseBackend;
-use tenure_conformance::process::candidate::{self, Args};
+use tenure_conformance::process::candidate::{self, serve, Args, Commands, Out};
 use tenure_conformance::process::clock::to_ns;
-use tenure_conformance::process::protocol::{Command, Message, Request, Status};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tenure_conformance::process::protocol::{Command, Message, Status};
 use tokio::time::Instant;
 
 const ETCD_ELECTION: &str = "etcd-election+";
@@ -160,49 +160,48 @@ impl Peer {
 /// When the peer was elected, and its TTL.
 type Elected = Arc<Mutex<Option<(Instant, Duration)>>>;
 
-/// The protocol's candidate side for a peer: `ready` once connected, then
-/// commands; `campaign` starts the peer's campaign and `elected` follows
-/// once it leads. A peer cannot resign: it is killed.
-async fn serve_peer(args: Args) -> Result<(), String> {
-    let mut peer = Some(Peer::connect(&args).await?);
-    let out = Arc::new(tokio::sync::Mutex::new(tokio::io::stdout()));
-    let elected: Elected = Arc::default();
-    say(
-        &out,
-        &Message::Ready {
-            pid: std::process::id(),
-        },
-    )
-    .await;
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
-        let request: Request =
-            serde_json::from_str(&line).map_err(|e| format!("bad command {line:?}: {e}"))?;
-        let error = match request.op {
-            Command::Campaign => match peer.take() {
-                Some(peer) => {
-                    let (args, out, elected) = (args.clone(), out.clone(), elected.clone());
-                    tokio::spawn(async move {
-                        if let Err(e) = peer.campaign(&args).await {
-                            exit(&e);
-                        }
-                        let at = Instant::now();
-                        *elected.lock().unwrap() = Some((at, args.ttl));
-                        let message = Message::Elected {
-                            token: None,
-                            at_ns: to_ns(at),
-                            valid_until_ns: to_ns(at + args.ttl),
-                        };
-                        say(&out, &message).await;
-                    });
-                    None
-                }
-                None => Some("a peer campaigns once".to_owned()),
-            },
+/// A peer's answers to the driver's commands: `campaign` starts the peer's
+/// campaign and `elected` follows once it leads. A peer cannot resign: it
+/// is killed.
+struct PeerCommands {
+    peer: Option<Peer>,
+    args: Args,
+    out: Out,
+    elected: Elected,
+}
+
+#[async_trait]
+impl Commands for PeerCommands {
+    async fn handle(&mut self, op: Command) -> Option<String> {
+        match op {
+            Command::Campaign => {
+                let Some(peer) = self.peer.take() else {
+                    return Some("a peer campaigns once".to_owned());
+                };
+                let (args, out, elected) =
+                    (self.args.clone(), self.out.clone(), self.elected.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = peer.campaign(&args).await {
+                        exit(&e);
+                    }
+                    let at = Instant::now();
+                    *elected.lock().unwrap() = Some((at, args.ttl));
+                    let message = Message::Elected {
+                        token: None,
+                        at_ns: to_ns(at),
+                        valid_until_ns: to_ns(at + args.ttl),
+                    };
+                    out.say(&message).await;
+                });
+                None
+            }
             Command::Resign => Some("a peer does not resign: kill it".to_owned()),
             Command::Status | Command::Write | Command::Exit => None,
-        };
-        let status = match *elected.lock().unwrap() {
+        }
+    }
+
+    async fn status(&self) -> Status {
+        match *self.elected.lock().unwrap() {
             // Renewed in the background: valid for as long as it runs.
             Some((at, ttl)) => Status {
                 leader: true,
@@ -211,26 +210,22 @@ async fn serve_peer(args: Args) -> Result<(), String> {
                 valid_until_ns: Some(to_ns(at.max(Instant::now()) + ttl)),
             },
             None => Status::default(),
-        };
-        let reply = Message::Reply {
-            id: request.id,
-            error,
-            status,
-        };
-        say(&out, &reply).await;
-        if request.op == Command::Exit {
-            break;
         }
     }
-    Ok(())
 }
 
-async fn say(out: &tokio::sync::Mutex<tokio::io::Stdout>, message: &Message) {
-    let mut line = serde_json::to_string(message).expect("messages serialize");
-    line.push('\n');
-    let mut out = out.lock().await;
-    let _ = out.write_all(line.as_bytes()).await;
-    let _ = out.flush().await;
+/// The protocol's candidate side for a peer: `ready` once connected, then
+/// commands.
+async fn serve_peer(args: Args) -> Result<(), String> {
+    let peer = Some(Peer::connect(&args).await?);
+    let out = Out::stdout();
+    let mut commands = PeerCommands {
+        peer,
+        args,
+        out: out.clone(),
+        elected: Arc::default(),
+    };
+    serve(&out, &mut commands).await
 }
 
 /// `etcd://h:p,h:p/...?...` → `["h:p", "h:p"]`; credentials are refused
