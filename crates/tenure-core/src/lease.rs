@@ -84,6 +84,22 @@ impl Candidacy {
         Self::with_drift_margin(key, identity, ttl, default_drift_margin(ttl))
     }
 
+    /// A candidacy from text: `key` and `identity` checked as
+    /// [`ElectionKey::new`] and [`CandidateId::new`] check them (an error
+    /// names the field), then as [`new`](Self::new).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use tenure::backend::Candidacy;
+    /// let candidacy = Candidacy::parse("billing", "replica-a", Duration::from_secs(10))?;
+    /// assert_eq!(candidacy.key().as_str(), "billing");
+    /// assert!(Candidacy::parse("", "replica-a", Duration::from_secs(10)).is_err());
+    /// # Ok::<(), tenure::Error>(())
+    /// ```
+    pub fn parse(key: &str, identity: &str, ttl: Duration) -> Result<Self> {
+        Self::new(ElectionKey::new(key)?, CandidateId::new(identity)?, ttl)
+    }
+
     /// A candidacy with an explicit drift margin, which must be smaller than the TTL.
     pub fn with_drift_margin(
         key: ElectionKey,

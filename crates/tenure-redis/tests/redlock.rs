@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenure_conformance::{Link, LinkFault};
-use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Elector, Error, LeaseBackend,
-};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, ElectionKey, Elector, Error, LeaseBackend};
 use tenure_redis::redis::aio::MultiplexedConnection;
 use tenure_redis::{redlock_drift, RedisBackend, RedlockOptions};
 use tenure_testkit::harness::{Cluster, Topology};
@@ -48,12 +46,7 @@ async fn three() -> Three {
 }
 
 fn candidacy(key: &str, who: &str, ttl: Duration) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new(who).unwrap(),
-        ttl,
-    )
-    .unwrap()
+    Candidacy::parse(key, who, ttl).unwrap()
 }
 
 /// Whether any master stores the key.

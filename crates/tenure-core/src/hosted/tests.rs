@@ -85,12 +85,7 @@ impl HeartbeatBackend for Fake {
 }
 
 fn candidacy(key: &str) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new("a").unwrap(),
-        Duration::from_secs(2),
-    )
-    .unwrap()
+    Candidacy::parse(key, "a", Duration::from_secs(2)).unwrap()
 }
 
 #[tokio::test]

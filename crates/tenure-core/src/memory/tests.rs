@@ -4,19 +4,14 @@ use std::time::Duration;
 
 use tokio::time::{advance, timeout};
 
-use crate::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend};
+use crate::{AcquireMode, Acquisition, Candidacy, ElectionKey, Lease, LeaseBackend};
 
 use super::MemoryBackend;
 
 const TTL: Duration = Duration::from_secs(2);
 
 fn candidacy(key: &str, who: &str) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new(who).unwrap(),
-        TTL,
-    )
-    .unwrap()
+    Candidacy::parse(key, who, TTL).unwrap()
 }
 
 async fn grant(client: &MemoryBackend, key: &str, who: &str) -> Lease {

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend,
-};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, Lease, LeaseBackend};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_testkit::ProxyLink;
@@ -71,12 +69,7 @@ pub async fn key_of(backend: &EtcdBackend, prefix: &str, who: &str) -> String {
 }
 
 pub fn candidacy(key: &str, identity: &str) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new(identity).unwrap(),
-        TTL,
-    )
-    .unwrap()
+    Candidacy::parse(key, identity, TTL).unwrap()
 }
 
 /// Every key of an election with its value, via a plain client.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::chrono::{DateTime, Utc};
 use kube::Api;
-use tenure_core::{AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, LeaseBackend};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, LeaseBackend};
 use tenure_kube::{Fencing, KubeBackend, KubeOptions};
 use tenure_lease_server::{kube_config_for, LeaseServer};
 use tenure_testkit::harness::{Cluster, Topology};
@@ -101,12 +101,7 @@ pub fn rv(lease: &Lease) -> u64 {
 }
 
 pub fn candidacy(key: &str, identity: &str) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new(identity).unwrap(),
-        TTL,
-    )
-    .unwrap()
+    Candidacy::parse(key, identity, TTL).unwrap()
 }
 
 /// Acquires once; panics unless granted.

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Lease, LeaseBackend,
-};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, Lease, LeaseBackend};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_zookeeper::zookeeper_client::Client;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
@@ -42,12 +40,7 @@ pub async fn connect_to(connect_string: &str) -> Arc<ZooKeeperBackend> {
 }
 
 pub fn candidacy(key: &str, identity: &str) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new(identity).unwrap(),
-        TTL,
-    )
-    .unwrap()
+    Candidacy::parse(key, identity, TTL).unwrap()
 }
 
 /// A plain client of its own session, for looking and meddling.
@@ -68,12 +61,7 @@ pub async fn children(client: &Client, path: &str) -> Vec<String> {
 
 /// A candidacy with its own TTL (which must be its backend's session timeout).
 pub fn candidacy_with_ttl(key: &str, identity: &str, ttl: Duration) -> Candidacy {
-    Candidacy::new(
-        ElectionKey::new(key).unwrap(),
-        CandidateId::new(identity).unwrap(),
-        ttl,
-    )
-    .unwrap()
+    Candidacy::parse(key, identity, ttl).unwrap()
 }
 
 /// Takes the lease at once, or panics naming who holds it.
