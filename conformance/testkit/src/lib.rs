@@ -27,11 +27,13 @@
 //   factory.rs         ClusterFactory: the suite's BackendFactory, written
 //                      once, configured per backend with a Deployment
 //   taps.rs            protocol message counters at the proxies
+//   measure.rs         timings over many trials (loss told, percentiles)
 
 pub mod cluster_servers;
 pub mod factory;
 pub mod harness;
 pub mod link;
+pub mod measure;
 pub mod proxy;
 pub mod taps;
 
