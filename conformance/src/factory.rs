@@ -204,8 +204,8 @@ impl Timing {
 ///
 /// Only `nodes`, `pause` and `unpause` are required; the other faults
 /// default to [`Error::Unsupported`], and the cases that need them are then
-/// skipped. With the `harness` feature, `ClusterServers` implements every
-/// one for a harness `Cluster`.
+/// skipped. `tenure_testkit::ClusterServers` implements every one for a
+/// harness `Cluster`.
 #[async_trait]
 pub trait ServerFaults: Send + Sync + 'static {
     /// How many nodes the deployment has.

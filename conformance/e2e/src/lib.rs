@@ -1,6 +1,7 @@
-//! Nothing but tests: `tests/` holds the facade's end-to-end tests that need
-//! real servers in containers (see this crate's Cargo.toml for why they are
-//! not in the root package).
+//! Tests and their candidate binary: `tests/` holds the conformance suite
+//! on every backend and the facade's end-to-end tests, all on real servers
+//! in containers (see this crate's Cargo.toml for why they are not in the
+//! root package or the backends' crates).
 
 // DESIGN. The one crate that builds every backend at once.
 //   tests/{etcd,zookeeper,kube,redis}.rs  the conformance suite on each

@@ -31,6 +31,9 @@ const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
 struct Redis {
     cluster: Arc<Cluster>,
     servers: ClusterServers,
+    /// A client without proxies, kept (and its connections to every
+    /// master open) for the factory's life.
+    _inspector: RedisBackend,
 }
 
 type RedisFactory = ClusterFactory<Redis>;
@@ -51,14 +54,16 @@ async fn deploy(masters: usize, name: &'static str) -> Arc<RedisFactory> {
         .expect("inspector client");
     let version = cluster.server_version().await.ok();
     let cluster = Arc::new(cluster);
+    let capabilities = inspector.capabilities();
     let redis = Redis {
         servers: ClusterServers::new(cluster.clone()),
         cluster,
+        _inspector: inspector,
     };
     Arc::new(ClusterFactory::new(
         name,
         redis,
-        inspector.capabilities(),
+        capabilities,
         version,
         CANDIDATE,
     ))

@@ -69,7 +69,7 @@ impl KubeconfigFile {
         &self.path
     }
 
-    /// `kube:///<path>?namespace=default`, the URL `tenure-candidate` takes.
+    /// `kube:///<path>?namespace=default`, the URL a candidate process takes.
     pub fn url(&self) -> String {
         kube_url(&self.path, "default")
     }

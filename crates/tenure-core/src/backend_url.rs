@@ -389,6 +389,7 @@ fn parse_host(text: &str) -> std::result::Result<Host, String> {
 /// The reason a backend's URL parser gave for refusing `url`: the text of
 /// `result`'s [`Error::InvalidArgument`] naming `url`. For the parsers'
 /// tests: panics, naming `url`, on any other result.
+#[doc(hidden)]
 pub fn refusal(url: &str, result: Result<impl std::fmt::Debug>) -> String {
     match result {
         Err(Error::InvalidArgument {

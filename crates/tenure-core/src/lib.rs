@@ -17,6 +17,8 @@
 //                    LeaseBackend over any other: Checked, Traced, OnHeartbeat
 //   hosted.rs        HeartbeatBackend (a networked backend's protocol, made a
 //                    LeaseBackend by the layers), CleanupOnDrop, bounded()
+//   hosted/stream.rs watch_stream: a backend's watch from its Looks, the
+//                    newest state winning
 //   backend_url.rs   one URL grammar for every backend's connect(url)
 //   backoff.rs       jitter and retry delays
 //   elector/         the Elector over any LeaseBackend: campaign, renew on the

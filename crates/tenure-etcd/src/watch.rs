@@ -14,16 +14,20 @@
 //! last, unless it is set aside; a try that fails or times out sets its
 //! member aside, and the next, 20 ms later, goes to another (after a
 //! failed try on each, the next look waits its turn). A silent member
-//! costs a try, not the observation. A change found by a look is reported (only if it
-//! differs from the last one, as every other), and the watch is opened
-//! again on the member that answered. A stream that fails is opened again
-//! too, elsewhere, instead of ending the observation.
+//! costs a try, not the observation. A change found by a look is reported
+//! (only if it differs from the last one, as every other), and the watch
+//! is opened again on the member that answered. A stream that fails is
+//! opened again too, elsewhere, instead of ending the observation. The
+//! looks after the first run on the heartbeat runtime
+//! (`tenure_core::hosted::watch_stream`), from when the reader first waits
+//! for a change.
 //!
 //! Cost, per observer on a cluster of several members: 8/TTL reads a
 //! second (0.8 at the Elector's default 10 s TTL), one key each; one lease
 //! `TimeToLive` per leader change; one `MemberList` per watch, at its first
-//! look past the stream (a watch dropped before then costs nothing more). On a single-member cluster it looks no more
-//! after that: a look would reach the member the stream is on.
+//! look past the stream (a watch dropped before then costs nothing more).
+//! On a single-member cluster it looks no more after that: a look would
+//! reach the member the stream is on.
 
 use std::future::Future;
 use std::sync::Arc;

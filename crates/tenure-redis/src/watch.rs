@@ -8,10 +8,11 @@ use async_trait::async_trait;
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use redis::Value;
 use tenure_core::hosted::{watch_stream, Looks};
-use tenure_core::{LeaderEvent, Result};
+use tenure_core::{Error, LeaderEvent, Result};
+use tokio::time::Instant;
 
 use crate::answers::holder_of;
-use crate::RedisBackend;
+use crate::{RedisBackend, BACKEND};
 
 /// How long one master may take to answer a look.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -24,7 +25,7 @@ pub(crate) async fn start(
         backend,
         key,
         wake: None,
-        pause: None,
+        next_look: None,
     })
     .await
 }
@@ -37,21 +38,24 @@ struct KeyLooks {
     /// The key's change messages, from every master that took the
     /// subscription; `None` before the first look.
     wake: Option<BoxStream<'static, ()>>,
-    /// How long to wait for a message before the next look.
-    pause: Option<Duration>,
+    /// When to look again if no message comes first; `None` before the
+    /// first look.
+    next_look: Option<Instant>,
 }
 
 #[async_trait]
 impl Looks for KeyLooks {
-    /// A state once a majority of masters tells one: until then the looks
-    /// go on at the poll interval (the stream says nothing).
+    /// The first look fails unless a majority of masters tells a state
+    /// (the `watch` call with it). Later, a state once a majority tells
+    /// one: until then the looks go on at the poll interval (the stream
+    /// says nothing).
     async fn next(&mut self) -> Result<LeaderEvent> {
         let poll = self.backend.inner.options.watch_poll;
         loop {
-            match (self.pause.take(), self.wake.as_mut()) {
-                (Some(pause), Some(wake)) => {
+            match (self.next_look, self.wake.as_mut()) {
+                (Some(at), Some(wake)) => {
                     tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
+                        _ = tokio::time::sleep_until(at) => {}
                         message = wake.next() => {
                             if message.is_none() {
                                 tokio::time::sleep(poll).await;
@@ -60,20 +64,29 @@ impl Looks for KeyLooks {
                         }
                     }
                 }
-                (Some(pause), None) => tokio::time::sleep(pause).await,
+                (Some(at), None) => tokio::time::sleep_until(at).await,
                 (None, _) => {}
             }
+            let first = self.next_look.is_none();
             if self.wake.is_none() {
                 self.wake = Some(self.backend.subscribe(&self.key, LOOK_TIMEOUT).await);
             }
-            match look(&self.backend, &self.key).await {
+            let looked = look(&self.backend, &self.key).await;
+            let now = Instant::now();
+            match looked {
                 Some((event, free_in)) => {
-                    self.pause = Some(
-                        free_in.map_or(poll, |d| (d + Duration::from_millis(1)).min(poll * 4)),
-                    );
+                    let pause =
+                        free_in.map_or(poll, |d| (d + Duration::from_millis(1)).min(poll * 4));
+                    self.next_look = Some(now + pause);
                     return Ok(event);
                 }
-                None => self.pause = Some(poll),
+                None if first => {
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        "too few masters answered to tell who holds the key",
+                    ))
+                }
+                None => self.next_look = Some(now + poll),
             }
         }
     }

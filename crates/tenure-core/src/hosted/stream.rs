@@ -58,12 +58,31 @@ pub async fn watch_stream(
 /// Starts the looks after the first.
 type Start = Box<dyn FnOnce() + Send>;
 
+/// Ends the stream with an error if the looks stop without one (a panic,
+/// the heartbeat runtime shutting down): the reader then watches again.
+struct EndsWithError(Arc<Mutex<Option<Error>>>);
+
+impl Drop for EndsWithError {
+    fn drop(&mut self) {
+        let mut ended = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if ended.is_none() {
+            *ended = Some(Error::unavailable(
+                "watch",
+                "the watch's looks stopped (a panic, or the heartbeat runtime shut down)",
+            ));
+        }
+    }
+}
+
 /// Posts each new state until the reader is gone or a look fails.
 async fn post(
     mut looks: impl Looks,
     tx: watch::Sender<LeaderEvent>,
     ended: Arc<Mutex<Option<Error>>>,
 ) {
+    // Dropped before `tx` is (locals before arguments): the error is there
+    // when the reader sees the channel closed.
+    let _ends = EndsWithError(ended.clone());
     loop {
         let next = tokio::select! {
             _ = tx.closed() => return,
@@ -90,32 +109,67 @@ async fn post(
 }
 
 /// The first look's state, then the newest state posted whenever the
-/// reader asks, each once; then the error that ended the looks, if one did.
+/// reader asks, never the one it was given last; then the error that ended
+/// the looks.
 fn read(
     rx: watch::Receiver<LeaderEvent>,
     ended: Arc<Mutex<Option<Error>>>,
     start: Start,
 ) -> BoxStream<'static, Result<LeaderEvent>> {
-    futures::stream::unfold(Some((rx, Some(start), true)), move |state| {
+    let reader = Reader {
+        rx,
+        start: Some(start),
+        given: None,
+    };
+    futures::stream::unfold(Some(reader), move |reader| {
         let ended = ended.clone();
         async move {
-            let (mut rx, mut start, first) = state?;
-            // The first look's state is unseen, though the channel was made
-            // with it: give it (or whatever came since) first.
-            if !first {
-                if let Some(start) = start.take() {
-                    start();
-                }
-                if rx.changed().await.is_err() {
+            let mut reader = reader?;
+            match reader.next().await {
+                Some(event) => Some((Ok(event), Some(reader))),
+                None => {
                     let error = ended.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-                    return Some((Err(error), None));
+                    Some((Err(error), None))
                 }
             }
-            let event = rx.borrow_and_update().clone();
-            Some((Ok(event), Some((rx, start, false))))
         }
     })
     .boxed()
+}
+
+/// The reader's side of the channel.
+struct Reader {
+    rx: watch::Receiver<LeaderEvent>,
+    /// Starts the looks after the first, when the reader first waits.
+    start: Option<Start>,
+    /// The state given last.
+    given: Option<LeaderEvent>,
+}
+
+impl Reader {
+    /// The newest state unlike the one given last; `None` once the looks
+    /// have ended.
+    async fn next(&mut self) -> Option<LeaderEvent> {
+        // The first look's state is unseen, though the channel was made
+        // with it: it (or whatever came since) comes first.
+        if self.given.is_some() {
+            if let Some(start) = self.start.take() {
+                start();
+            }
+        }
+        loop {
+            if self.given.is_some() {
+                // A slow reader may find A posted again after B: given A
+                // last, it waits for the next change.
+                self.rx.changed().await.ok()?;
+            }
+            let event = self.rx.borrow_and_update().clone();
+            if self.given.as_ref() != Some(&event) {
+                self.given = Some(event.clone());
+                return Some(event);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +276,43 @@ mod tests {
         script.push(Ok(elected("b", 2)));
         drained(&script).await;
         assert_eq!(events.next().await.unwrap().unwrap(), elected("b", 2));
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_is_not_given_the_state_it_was_given_last() {
+        let (looks, script, _) = scripted(vec![Ok(LeaderEvent::Vacant)]);
+        let mut events = watch_stream(looks).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
+        assert!(waited.is_err(), "no change yet: {waited:?}");
+        // Held and let go again while the reader looked away: the newest
+        // state is the one it has.
+        script.push(Ok(elected("a", 1)));
+        script.push(Ok(LeaderEvent::Vacant));
+        drained(&script).await;
+        script.push(Ok(elected("b", 2)));
+        assert_eq!(events.next().await.unwrap().unwrap(), elected("b", 2));
+    }
+
+    #[tokio::test]
+    async fn looks_that_stop_without_an_error_end_the_stream_with_one() {
+        struct Panics(bool);
+        #[async_trait]
+        impl Looks for Panics {
+            async fn next(&mut self) -> Result<LeaderEvent> {
+                if std::mem::replace(&mut self.0, true) {
+                    panic!("a look panicked (planted)");
+                }
+                Ok(LeaderEvent::Vacant)
+            }
+        }
+        let mut events = watch_stream(Panics(false)).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
+        let Some(Err(error)) = events.next().await else {
+            panic!("no error after the looks stopped");
+        };
+        assert!(error.is_retryable(), "{error}");
+        assert!(events.next().await.is_none());
     }
 
     #[tokio::test]
