@@ -88,17 +88,22 @@ fn candidacy(key: &str) -> Candidacy {
     Candidacy::parse(key, "a", Duration::from_secs(2)).unwrap()
 }
 
-#[tokio::test]
-async fn a_grant_the_caller_never_took_is_released() {
-    let fake = Fake::default();
+/// A waiting acquire whose grant is made and on its way, dropped by its
+/// caller before it takes the grant.
+async fn gone_before_taking_the_grant(fake: &Fake) {
     let c = candidacy("k");
-    let mut acquiring = Box::pin(LeaseBackend::acquire(&fake, &c, AcquireMode::Wait));
+    let mut acquiring = Box::pin(LeaseBackend::acquire(fake, &c, AcquireMode::Wait));
     assert!((&mut acquiring).now_or_never().is_none());
     fake.go.notify_one();
-    // The grant is made and on its way; the caller goes before taking it.
     fake.granted.notified().await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     drop(acquiring);
+}
+
+#[tokio::test]
+async fn a_grant_the_caller_never_took_is_released() {
+    let fake = Fake::default();
+    gone_before_taking_the_grant(&fake).await;
     cleanups_finished().await;
     assert_eq!(*fake.released.lock().unwrap(), vec![7]);
     assert_eq!(*fake.dropped.lock().unwrap(), 0);
@@ -108,13 +113,7 @@ async fn a_grant_the_caller_never_took_is_released() {
 async fn a_grant_the_caller_never_took_is_released_despite_transient_errors() {
     let fake = Fake::default();
     *fake.failing_releases.lock().unwrap() = 2;
-    let c = candidacy("k");
-    let mut acquiring = Box::pin(LeaseBackend::acquire(&fake, &c, AcquireMode::Wait));
-    assert!((&mut acquiring).now_or_never().is_none());
-    fake.go.notify_one();
-    fake.granted.notified().await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    drop(acquiring);
+    gone_before_taking_the_grant(&fake).await;
     // Two releases fail (a connection reset); the cleanup goes on until one lands.
     tokio::time::timeout(Duration::from_secs(2), cleanups_finished())
         .await
