@@ -8,9 +8,10 @@
 //! as `Elector::leader` reads one, costs that one look), and post each
 //! state to a `tokio::sync::watch` channel, which keeps only the newest: a
 //! reader that falls behind is given the state now, never a backlog of
-//! stale ones, and a state equal to the one before is no change and is not
-//! posted. An error ends the stream after the newest state; a dropped
-//! stream stops the looks at once.
+//! stale ones, and never the state it was given last. An error ends the
+//! stream after the newest state (so do looks that stop without one: a
+//! panic, the runtime shutting down); a dropped stream stops the looks at
+//! once.
 
 use std::sync::{Arc, Mutex};
 
