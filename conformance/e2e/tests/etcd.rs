@@ -237,34 +237,28 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 /// The backend takes any TTL above its minimum: no maximum to go over.
 const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
+/// What a 1-node cluster skips, with auth or without.
+const ONE_NODE_SKIPS: &[&str] = &[
+    ANY_KEY,
+    "server_node_killed_leader_survives_or_fails_over",
+    "holders_server_node_paused_longer_than_ttl",
+    "servers_leader_paused_longer_than_ttl",
+    CUT_OFF,
+    OBSERVER_CUT_OFF,
+    SHRUNK,
+    NO_MAX_TTL,
+];
+
 fn main() -> std::process::ExitCode {
     // `TENURE_LOG=tenure_etcd=debug` (with `--nocapture`) logs the backend.
     tenure_testkit::log_from_env();
     tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "etcd-1node"))
-            .expect_skips(&[
-                ANY_KEY,
-                "server_node_killed_leader_survives_or_fails_over",
-                "holders_server_node_paused_longer_than_ttl",
-                "servers_leader_paused_longer_than_ttl",
-                CUT_OFF,
-                OBSERVER_CUT_OFF,
-                SHRUNK,
-                NO_MAX_TTL,
-            ])
+            .expect_skips(ONE_NODE_SKIPS)
             .with_planted_bugs(Planted::ALL),
         Target::new("three", || start(3, "etcd-3node"))
             .expect_skips(&[ANY_KEY, SHRUNK, NO_MAX_TTL])
             .expect_broken(&[STALLED_LEADER]),
-        Target::new("auth", || start_with_auth(1, "etcd-1node-auth")).expect_skips(&[
-            ANY_KEY,
-            "server_node_killed_leader_survives_or_fails_over",
-            "holders_server_node_paused_longer_than_ttl",
-            "servers_leader_paused_longer_than_ttl",
-            CUT_OFF,
-            OBSERVER_CUT_OFF,
-            SHRUNK,
-            NO_MAX_TTL,
-        ]),
+        Target::new("auth", || start_with_auth(1, "etcd-1node-auth")).expect_skips(ONE_NODE_SKIPS),
     ])
 }

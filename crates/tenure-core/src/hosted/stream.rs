@@ -242,6 +242,13 @@ mod tests {
         (looks, Script { answers, more }, rx)
     }
 
+    /// The reader waits once for a change that has not come (which starts
+    /// the looks after the first), then looks away.
+    async fn waits_once(events: &mut BoxStream<'static, Result<LeaderEvent>>) {
+        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
+        assert!(waited.is_err(), "no change yet: {waited:?}");
+    }
+
     /// Waits until the task has taken every scripted answer.
     async fn drained(script: &Script) {
         while !script.answers.lock().unwrap().is_empty() {
@@ -270,8 +277,7 @@ mod tests {
         let mut events = watch_stream(looks).await.unwrap();
         assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
         // The reader waits once (which starts the looks), then falls behind.
-        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
-        assert!(waited.is_err(), "no change yet: {waited:?}");
+        waits_once(&mut events).await;
         script.push(Ok(elected("a", 1)));
         script.push(Ok(LeaderEvent::Vacant));
         script.push(Ok(elected("b", 2)));
@@ -284,8 +290,7 @@ mod tests {
         let (looks, script, _) = scripted(vec![Ok(LeaderEvent::Vacant)]);
         let mut events = watch_stream(looks).await.unwrap();
         assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
-        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
-        assert!(waited.is_err(), "no change yet: {waited:?}");
+        waits_once(&mut events).await;
         // Held and let go again while the reader looked away: the newest
         // state is the one it has.
         script.push(Ok(elected("a", 1)));
@@ -330,8 +335,7 @@ mod tests {
         let (looks, script, _) = scripted(vec![Ok(LeaderEvent::Vacant)]);
         let mut events = watch_stream(looks).await.unwrap();
         assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
-        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
-        assert!(waited.is_err(), "no change yet: {waited:?}");
+        waits_once(&mut events).await;
         script.push(Ok(elected("a", 1)));
         script.push(Err(Error::unavailable("test", "session ended")));
         drained(&script).await;
@@ -360,8 +364,7 @@ mod tests {
         let (looks, _script, dropped) = scripted(vec![Ok(LeaderEvent::Vacant)]);
         let mut events = watch_stream(looks).await.unwrap();
         assert_eq!(events.next().await.unwrap().unwrap(), LeaderEvent::Vacant);
-        let waited = tokio::time::timeout(Duration::from_millis(10), events.next()).await;
-        assert!(waited.is_err(), "no change yet: {waited:?}");
+        waits_once(&mut events).await;
         drop(events);
         tokio::time::timeout(Duration::from_secs(5), dropped)
             .await
