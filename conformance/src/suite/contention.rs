@@ -14,9 +14,8 @@ use tokio::time::{sleep, Instant};
 
 use super::candidate::Holder;
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
-use crate::factory::{BackendFactory, Client};
-use crate::report::{CaseReport, Property};
+use crate::factory::Client;
+use crate::report::Property;
 
 /// Candidates racing single attempts for one vacant key.
 pub const RACERS: usize = 20;
@@ -95,69 +94,63 @@ async fn race(
 /// instant: exactly one is granted, and every other is told `Held` naming
 /// it (and its token). The winner releases and they race again, [`ROUNDS`] times; where the
 /// backend fences, the winners' tokens strictly increase.
-pub async fn racing_single_attempts_grant_exactly_one(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared("racing_single_attempts_grant_exactly_one", "2, 6, 9");
-    run_case(factory, meta, |cx| async move {
-        let clients = clients(&cx, RACERS).await?;
-        let key = cx.new_key();
-        for round in 0..ROUNDS {
-            let answers = race(&cx, &clients, &key, round).await?;
-            let mut winners = Vec::new();
-            let mut told = Vec::new();
-            for answer in answers {
-                match answer? {
-                    Ok(holder) => winners.push(holder),
-                    Err(info) => told.push(info),
-                }
+pub async fn racing_single_attempts_grant_exactly_one(cx: Cx) -> Step {
+    let clients = clients(&cx, RACERS).await?;
+    let key = cx.new_key();
+    for round in 0..ROUNDS {
+        let answers = race(&cx, &clients, &key, round).await?;
+        let mut winners = Vec::new();
+        let mut told = Vec::new();
+        for answer in answers {
+            match answer? {
+                Ok(holder) => winners.push(holder),
+                Err(info) => told.push(info),
             }
-            let names: Vec<&str> = winners.iter().map(Holder::identity).collect();
-            cx.check(Property::Exclusive, winners.len() <= 1, || {
-                format!(
-                    "round {round}: {} of {RACERS} racing single attempts were granted: {}",
-                    winners.len(),
-                    names.join(", ")
-                )
-            })?;
-            cx.check(Property::Contract, winners.len() == 1, || {
-                format!("round {round}: none of {RACERS} racing single attempts on a vacant key was granted")
-            })?;
-            let winner = winners.pop().expect("checked: one winner");
-            let wrong: Vec<String> = told
-                .iter()
-                .filter(|info| info.identity.as_str() != winner.identity())
-                .map(|info| info.identity.to_string())
-                .collect();
-            cx.check(Property::Contract, wrong.is_empty(), || {
-                format!(
-                    "round {round}: {} won, but {} refused racers were told Held by {}",
-                    winner.identity(),
-                    wrong.len(),
-                    wrong.join(", ")
-                )
-            })?;
-            let token = winner.lease.token();
-            let tokens: Vec<String> = told
-                .iter()
-                .filter(|info| info.token != token)
-                .map(|info| format!("{:?}", info.token.map(|t| t.get())))
-                .collect();
-            cx.check(Property::Fencing, tokens.is_empty(), || {
-                format!(
-                    "round {round}: {} won with token {:?}, but {} refused racers were told tokens {}",
-                    winner.identity(),
-                    token.map(|t| t.get()),
-                    tokens.len(),
-                    tokens.join(", ")
-                )
-            })?;
-            winner.write();
-            winner.release().await?;
         }
-        tokens_increase(&cx, "racing winners")
-    })
-    .await
+        let names: Vec<&str> = winners.iter().map(Holder::identity).collect();
+        cx.check(Property::Exclusive, winners.len() <= 1, || {
+            format!(
+                "round {round}: {} of {RACERS} racing single attempts were granted: {}",
+                winners.len(),
+                names.join(", ")
+            )
+        })?;
+        cx.check(Property::Contract, winners.len() == 1, || {
+            format!("round {round}: none of {RACERS} racing single attempts on a vacant key was granted")
+        })?;
+        let winner = winners.pop().expect("checked: one winner");
+        let wrong: Vec<String> = told
+            .iter()
+            .filter(|info| info.identity.as_str() != winner.identity())
+            .map(|info| info.identity.to_string())
+            .collect();
+        cx.check(Property::Contract, wrong.is_empty(), || {
+            format!(
+                "round {round}: {} won, but {} refused racers were told Held by {}",
+                winner.identity(),
+                wrong.len(),
+                wrong.join(", ")
+            )
+        })?;
+        let token = winner.lease.token();
+        let tokens: Vec<String> = told
+            .iter()
+            .filter(|info| info.token != token)
+            .map(|info| format!("{:?}", info.token.map(|t| t.get())))
+            .collect();
+        cx.check(Property::Fencing, tokens.is_empty(), || {
+            format!(
+                "round {round}: {} won with token {:?}, but {} refused racers were told tokens {}",
+                winner.identity(),
+                token.map(|t| t.get()),
+                tokens.len(),
+                tokens.join(", ")
+            )
+        })?;
+        winner.write();
+        winner.release().await?;
+    }
+    tokens_increase(&cx, "racing winners")
 }
 
 /// Renews `holder` every third of the TTL until `until` resolves (a live
@@ -220,87 +213,78 @@ async fn others_keep_waiting(
 /// of the crash and never before the crashed holder's `valid_until`, while
 /// the others keep waiting; it releases, and exactly one of the rest is
 /// granted next. Where the backend fences, tokens strictly increase.
-pub async fn racing_standbys_after_expiry_grant_one_at_a_time(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared(
-        "racing_standbys_after_expiry_grant_one_at_a_time",
-        "3, 6, 9",
-    );
-    run_case(factory, meta, |cx| async move {
-        let standby_clients = clients(&cx, STANDBYS).await?;
-        let key = cx.new_key();
-        let mut holder = Holder::acquire(&cx, &cx.client().await?, &key, "holder").await?;
-        holder.write();
-        let (tx, mut grants) = mpsc::unbounded_channel::<Step<Holder>>();
-        let mut tasks = Vec::with_capacity(STANDBYS);
-        for (i, client) in standby_clients.into_iter().enumerate() {
-            let (cx, key, tx) = (cx.clone(), key.clone(), tx.clone());
-            tasks.push(tokio::spawn(async move {
-                let granted = Holder::acquire_waiting(&cx, &client, &key, &format!("s{i}")).await;
-                let _ = tx.send(granted);
-            }));
-        }
-        drop(tx);
-        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
-        let abort_on_exit = AbortOnDrop(aborts);
-        renewing(&cx, &mut holder, cx.until_waiting(&key, STANDBYS)).await??;
-        // One more renewal: the crash comes a full TTL before the expiry.
-        holder.renew().await.ctx("the holder renews")?;
-        let term = holder.term;
-        let crashed = Instant::now();
-        holder.crash();
-        // Its client goes too: a session kept alive by its client (ZooKeeper)
-        // would otherwise keep the lease.
-        drop(holder);
-        let deadline = cx.safety().get(term).valid_until;
-        let bound = cx.failover_bound();
-        let mut first = next_grant(
-            &cx,
-            &mut grants,
-            bound * 2,
-            "a standby's grant after the crash",
+pub async fn racing_standbys_after_expiry_grant_one_at_a_time(cx: Cx) -> Step {
+    let standby_clients = clients(&cx, STANDBYS).await?;
+    let key = cx.new_key();
+    let mut holder = Holder::acquire(&cx, &cx.client().await?, &key, "holder").await?;
+    holder.write();
+    let (tx, mut grants) = mpsc::unbounded_channel::<Step<Holder>>();
+    let mut tasks = Vec::with_capacity(STANDBYS);
+    for (i, client) in standby_clients.into_iter().enumerate() {
+        let (cx, key, tx) = (cx.clone(), key.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let granted = Holder::acquire_waiting(&cx, &client, &key, &format!("s{i}")).await;
+            let _ = tx.send(granted);
+        }));
+    }
+    drop(tx);
+    let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+    let abort_on_exit = AbortOnDrop(aborts);
+    renewing(&cx, &mut holder, cx.until_waiting(&key, STANDBYS)).await??;
+    // One more renewal: the crash comes a full TTL before the expiry.
+    holder.renew().await.ctx("the holder renews")?;
+    let term = holder.term;
+    let crashed = Instant::now();
+    holder.crash();
+    // Its client goes too: a session kept alive by its client (ZooKeeper)
+    // would otherwise keep the lease.
+    drop(holder);
+    let deadline = cx.safety().get(term).valid_until;
+    let bound = cx.failover_bound();
+    let mut first = next_grant(
+        &cx,
+        &mut grants,
+        bound * 2,
+        "a standby's grant after the crash",
+    )
+    .await?;
+    let start = cx.safety().get(first.term).start;
+    let failover = start - crashed;
+    cx.figures(|f| f.failover_ms = Some(millis(failover)));
+    cx.check(Property::Exclusive, deadline < start, || {
+        format!(
+            "{} was granted {:?} before the crashed holder's valid_until",
+            first.identity(),
+            deadline - start
         )
-        .await?;
-        let start = cx.safety().get(first.term).start;
-        let failover = start - crashed;
-        cx.figures(|f| f.failover_ms = Some(millis(failover)));
-        cx.check(Property::Exclusive, deadline < start, || {
-            format!(
-                "{} was granted {:?} before the crashed holder's valid_until",
-                first.identity(),
-                deadline - start
-            )
-        })?;
-        cx.check(Property::Timing, failover <= bound, || {
-            format!("failover to one of {STANDBYS} standbys took {failover:?}, bound {bound:?}")
-        })?;
-        first.write();
-        others_keep_waiting(&cx, &mut first, &mut grants, "after the holder's expiry").await?;
-        let released = Instant::now();
-        first.release().await?;
-        let limit = cx.ttl() + cx.timing().round_trip;
-        let mut second = next_grant(
-            &cx,
-            &mut grants,
-            limit,
-            "the next standby's grant after a release",
-        )
-        .await?;
-        cx.note(format!(
-            "failover {:.0} ms; hand-over to the next of {} waiting {:.0} ms",
-            millis(failover),
-            STANDBYS - 1,
-            millis(cx.safety().get(second.term).start - released)
-        ));
-        second.write();
-        others_keep_waiting(&cx, &mut second, &mut grants, "after the release").await?;
-        // The rest withdraw before the last release, so none is granted after.
-        drop(abort_on_exit);
-        second.release().await?;
-        tokens_increase(&cx, "the crashed holder, then each standby granted")
-    })
-    .await
+    })?;
+    cx.check(Property::Timing, failover <= bound, || {
+        format!("failover to one of {STANDBYS} standbys took {failover:?}, bound {bound:?}")
+    })?;
+    first.write();
+    others_keep_waiting(&cx, &mut first, &mut grants, "after the holder's expiry").await?;
+    let released = Instant::now();
+    first.release().await?;
+    let limit = cx.ttl() + cx.timing().round_trip;
+    let mut second = next_grant(
+        &cx,
+        &mut grants,
+        limit,
+        "the next standby's grant after a release",
+    )
+    .await?;
+    cx.note(format!(
+        "failover {:.0} ms; hand-over to the next of {} waiting {:.0} ms",
+        millis(failover),
+        STANDBYS - 1,
+        millis(cx.safety().get(second.term).start - released)
+    ));
+    second.write();
+    others_keep_waiting(&cx, &mut second, &mut grants, "after the release").await?;
+    // The rest withdraw before the last release, so none is granted after.
+    drop(abort_on_exit);
+    second.release().await?;
+    tokens_increase(&cx, "the crashed holder, then each standby granted")
 }
 
 /// Aborts the standbys' tasks when the case ends, however it ends: a

@@ -5,7 +5,6 @@
 //! for that node to come back.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -13,10 +12,9 @@ use tokio::time::{sleep, Instant};
 use super::candidate::{elector, Holder, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
-use super::runner::{run_case, Meta};
 use super::safety::Write;
-use crate::factory::{BackendFactory, ServerFaults};
-use crate::report::{CaseReport, Property};
+use crate::factory::ServerFaults;
+use crate::report::Property;
 
 /// In a deployment of three or more nodes, for each node X in turn: the
 /// standby queues while its client can reach X only (so its watch is on
@@ -30,23 +28,17 @@ use crate::report::{CaseReport, Property};
 /// the cut, [`Timing::cut_off_noticed`](crate::Timing::cut_off_noticed)), never
 /// before the crashed holder's `valid_until`; the crashed holder's write is
 /// refused.
-pub async fn standby_sees_failover_when_its_node_is_cut_off(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::backend("standby_sees_failover_when_its_node_is_cut_off", "6, 8");
-    run_case(factory, meta, |cx| async move {
-        let servers = faultable(&cx).await?;
-        let figures = each_node(servers, "the standby's", |node, fault| {
-            round(&cx, servers, node, fault)
-        })
-        .await?;
-        cx.note(format!(
-            "the standby led, ms after the crash (or the re-election where its node led the servers) of the bound, by the standby's node: {}",
-            figures.join(", ")
-        ));
-        Ok(())
+pub async fn standby_sees_failover_when_its_node_is_cut_off(cx: Cx) -> Step {
+    let servers = faultable(&cx).await?;
+    let figures = each_node(servers, "the standby's", |node, fault| {
+        round(&cx, servers, node, fault)
     })
-    .await
+    .await?;
+    cx.note(format!(
+        "the standby led, ms after the crash (or the re-election where its node led the servers) of the bound, by the standby's node: {}",
+        figures.join(", ")
+    ));
+    Ok(())
 }
 
 /// The servers to fault, or why the cut-off cases do not apply: the

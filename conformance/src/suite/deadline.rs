@@ -1,16 +1,13 @@
 //! Contract point 5, with answers that come back late: the deadline counts
 //! from when the request left, never from when its answer arrived.
 
-use std::sync::Arc;
-
 use tenure_core::{AcquireMode, Acquisition, Lease};
 use tokio::time::Instant;
 
 use super::candidate::{elector, Leader};
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
-use crate::factory::{BackendFactory, Link, LinkFault, TtlStart};
-use crate::report::{CaseReport, Property};
+use crate::factory::{Link, LinkFault, TtlStart};
+use crate::report::Property;
 
 /// The instant the link forwarded the request of a call begun at `began`
 /// that starts the TTL, as the factory names it
@@ -66,112 +63,106 @@ fn counted_from_send(
 /// a loaded machine the client dropped the connection and the held
 /// renewal failed ("nothing after 1s"); a Redis client's request timeout
 /// (a third of the TTL) was as close.
-pub async fn deadline_counts_from_send_under_delayed_answers(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared("deadline_counts_from_send_under_delayed_answers", "5");
-    run_case(factory, meta, |cx| async move {
-        let client = cx.client().await?;
-        let Some(link) = client.link.clone() else {
-            return Err(Failure::Skip(
-                "the factory cannot delay a client's link".into(),
-            ));
-        };
-        let hold = cx.ttl() / 8;
-        let key = cx.new_key();
-        let candidacy = cx.candidacy(&key, "a");
+pub async fn deadline_counts_from_send_under_delayed_answers(cx: Cx) -> Step {
+    let client = cx.client().await?;
+    let Some(link) = client.link.clone() else {
+        return Err(Failure::Skip(
+            "the factory cannot delay a client's link".into(),
+        ));
+    };
+    let hold = cx.ttl() / 8;
+    let key = cx.new_key();
+    let candidacy = cx.candidacy(&key, "a");
 
-        link.set(LinkFault::DelayAnswers(hold))
-            .await
-            .ctx("holding a's answers")?;
-        // A factory that names a grant's first request names the mode of
-        // the grant (an etcd single attempt reads the key before its
-        // LeaseGrant); on a vacant key either mode is granted at once.
-        let mode = match cx.factory().ttl_starts_with() {
-            TtlStart::FirstRequest(mode) => mode,
-            TtlStart::LastRequest => AcquireMode::Once,
-        };
-        let began = Instant::now();
-        let granted = client.backend.acquire(&candidacy, mode).await;
-        let returned = Instant::now();
-        let forwarded = ttl_request(&cx, link.as_ref(), began);
-        link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
-        let lease = match granted.ctx("a acquires with its answers held back")? {
-            Acquisition::Granted(lease) => lease,
-            Acquisition::Held(info) => {
-                return Err(Failure::Fail(format!(
-                    "a vacant key is held by {}",
-                    info.identity
-                )))
-            }
-        };
-        let term = cx.safety().begin(
-            key.as_str(),
-            lease.holder().as_str(),
-            lease.token(),
-            returned,
-            lease.valid_until(),
-        );
-        let Some(forwarded) = forwarded else {
-            cx.safety().end(term, Instant::now());
-            let _ = client.backend.release(&lease).await;
-            return Err(Failure::Skip(
-                "the link does not tell when it forwarded a request".into(),
-            ));
-        };
-        counted_from_send(&cx, "grant", &lease, forwarded)?;
-
-        // A fresh renewal first: the grant took several delayed round trips.
-        let lease = client.backend.renew(&lease).await.ctx("a renews")?;
-        cx.safety().extend(term, lease.valid_until());
-        link.set(LinkFault::DelayAnswers(hold))
-            .await
-            .ctx("holding a's answers")?;
-        let began = Instant::now();
-        let renewed = client.backend.renew(&lease).await;
-        let forwarded = ttl_request(&cx, link.as_ref(), began);
-        link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
-        let renewed = renewed.ctx("a renews with its answers held back")?;
-        cx.safety().extend(term, renewed.valid_until());
-        let forwarded =
-            forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
-        counted_from_send(&cx, "renewal", &renewed, forwarded)?;
+    link.set(LinkFault::DelayAnswers(hold))
+        .await
+        .ctx("holding a's answers")?;
+    // A factory that names a grant's first request names the mode of
+    // the grant (an etcd single attempt reads the key before its
+    // LeaseGrant); on a vacant key either mode is granted at once.
+    let mode = match cx.factory().ttl_starts_with() {
+        TtlStart::FirstRequest(mode) => mode,
+        TtlStart::LastRequest => AcquireMode::Once,
+    };
+    let began = Instant::now();
+    let granted = client.backend.acquire(&candidacy, mode).await;
+    let returned = Instant::now();
+    let forwarded = ttl_request(&cx, link.as_ref(), began);
+    link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
+    let lease = match granted.ctx("a acquires with its answers held back")? {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Held(info) => {
+            return Err(Failure::Fail(format!(
+                "a vacant key is held by {}",
+                info.identity
+            )))
+        }
+    };
+    let term = cx.safety().begin(
+        key.as_str(),
+        lease.holder().as_str(),
+        lease.token(),
+        returned,
+        lease.valid_until(),
+    );
+    let Some(forwarded) = forwarded else {
         cx.safety().end(term, Instant::now());
-        client.backend.release(&renewed).await.ctx("a releases")?;
+        let _ = client.backend.release(&lease).await;
+        return Err(Failure::Skip(
+            "the link does not tell when it forwarded a request".into(),
+        ));
+    };
+    counted_from_send(&cx, "grant", &lease, forwarded)?;
 
-        // Third round: the Elector's own renewal, on a key of its own.
-        let key = cx.new_key();
-        let b = elector(&cx, &client, &key, "b")?;
-        let mut leader = Leader::campaign(&cx, &b, cx.timing().round_trip).await?;
-        let granted_until = leader.term.valid_until();
-        link.set(LinkFault::DelayAnswers(hold))
-            .await
-            .ctx("holding b's answers")?;
-        // b renews a third of a TTL after its grant; its answer comes an
-        // eighth of a TTL later.
-        let moved = cx
-            .within(cx.ttl(), "b's renewal with its answers held back", async {
-                while leader.term.valid_until() <= granted_until {
-                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                }
-            })
-            .await;
-        let forwarded = link.last_request_at();
-        link.set(LinkFault::Pass).await.ctx("restoring b's link")?;
-        moved?;
-        let forwarded =
-            forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
-        let candidacy = b.candidacy();
-        let bound = forwarded + (candidacy.ttl() - candidacy.drift_margin());
-        let valid_until = leader.term.valid_until();
-        cx.check(Property::Contract, valid_until <= bound, || {
-            format!(
-                "the elector's renewed deadline is {:?} later than its last request's \
-                 forwarding + TTL - drift margin: counted from the answer, not from the send",
-                valid_until - bound
-            )
-        })?;
-        leader.resign().await
-    })
-    .await
+    // A fresh renewal first: the grant took several delayed round trips.
+    let lease = client.backend.renew(&lease).await.ctx("a renews")?;
+    cx.safety().extend(term, lease.valid_until());
+    link.set(LinkFault::DelayAnswers(hold))
+        .await
+        .ctx("holding a's answers")?;
+    let began = Instant::now();
+    let renewed = client.backend.renew(&lease).await;
+    let forwarded = ttl_request(&cx, link.as_ref(), began);
+    link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
+    let renewed = renewed.ctx("a renews with its answers held back")?;
+    cx.safety().extend(term, renewed.valid_until());
+    let forwarded =
+        forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
+    counted_from_send(&cx, "renewal", &renewed, forwarded)?;
+    cx.safety().end(term, Instant::now());
+    client.backend.release(&renewed).await.ctx("a releases")?;
+
+    // Third round: the Elector's own renewal, on a key of its own.
+    let key = cx.new_key();
+    let b = elector(&cx, &client, &key, "b")?;
+    let mut leader = Leader::campaign(&cx, &b, cx.timing().round_trip).await?;
+    let granted_until = leader.term.valid_until();
+    link.set(LinkFault::DelayAnswers(hold))
+        .await
+        .ctx("holding b's answers")?;
+    // b renews a third of a TTL after its grant; its answer comes an
+    // eighth of a TTL later.
+    let moved = cx
+        .within(cx.ttl(), "b's renewal with its answers held back", async {
+            while leader.term.valid_until() <= granted_until {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        })
+        .await;
+    let forwarded = link.last_request_at();
+    link.set(LinkFault::Pass).await.ctx("restoring b's link")?;
+    moved?;
+    let forwarded =
+        forwarded.ok_or_else(|| Failure::Fail("the link lost its forwarding time".into()))?;
+    let candidacy = b.candidacy();
+    let bound = forwarded + (candidacy.ttl() - candidacy.drift_margin());
+    let valid_until = leader.term.valid_until();
+    cx.check(Property::Contract, valid_until <= bound, || {
+        format!(
+            "the elector's renewed deadline is {:?} later than its last request's \
+             forwarding + TTL - drift margin: counted from the answer, not from the send",
+            valid_until - bound
+        )
+    })?;
+    leader.resign().await
 }

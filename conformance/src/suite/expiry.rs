@@ -10,9 +10,8 @@ use tenure_core::{AcquireMode, Acquisition, ElectionKey, Lease};
 use tokio::time::Instant;
 
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
-use crate::factory::{BackendFactory, Client, Link, LinkFault};
-use crate::report::{CaseReport, Property};
+use crate::factory::{Client, Link, LinkFault};
+use crate::report::Property;
 
 /// Which of the holder's requests has its answers held back.
 #[derive(Clone, Copy, Debug)]
@@ -77,104 +76,98 @@ async fn take_when_free(
 /// ZooKeeper's create then getChildren, Kubernetes' get then replace), or
 /// from an answer, is that quarter TTL late, which a check bounded by the
 /// last request the holder's link forwarded cannot see.
-pub async fn deadline_ends_before_the_servers_expiry(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared("deadline_ends_before_the_servers_expiry", "5");
-    run_case(factory, meta, |cx| async move {
-        let cb = cx.client().await?;
-        let Some(lb) = cb.link.clone() else {
+pub async fn deadline_ends_before_the_servers_expiry(cx: Cx) -> Step {
+    let cb = cx.client().await?;
+    let Some(lb) = cb.link.clone() else {
+        return Err(Failure::Skip(
+            "the factory cannot delay or cut off a client's link".into(),
+        ));
+    };
+    let hold = cx.ttl() / 4;
+    for round in [Held::Grant, Held::Renewal] {
+        // A fresh client each round: a cut-off session may not come back.
+        let ca = cx.client().await?;
+        let Some(la) = ca.link.clone() else {
             return Err(Failure::Skip(
                 "the factory cannot delay or cut off a client's link".into(),
             ));
         };
-        let hold = cx.ttl() / 4;
-        for round in [Held::Grant, Held::Renewal] {
-            // A fresh client each round: a cut-off session may not come back.
-            let ca = cx.client().await?;
-            let Some(la) = ca.link.clone() else {
-                return Err(Failure::Skip(
-                    "the factory cannot delay or cut off a client's link".into(),
-                ));
-            };
-            let key = cx.new_key();
-            let candidacy = cx.candidacy(&key, "a");
-            let delayed = |on: bool| {
-                let la = la.clone();
-                async move {
-                    la.set(if on {
-                        LinkFault::DelayAnswers(hold)
-                    } else {
-                        LinkFault::Pass
-                    })
-                    .await
-                    .ctx("setting a's link")
-                }
-            };
-            if let Held::Grant = round {
-                delayed(true).await?;
+        let key = cx.new_key();
+        let candidacy = cx.candidacy(&key, "a");
+        let delayed = |on: bool| {
+            let la = la.clone();
+            async move {
+                la.set(if on {
+                    LinkFault::DelayAnswers(hold)
+                } else {
+                    LinkFault::Pass
+                })
+                .await
+                .ctx("setting a's link")
             }
-            let granted = ca.backend.acquire(&candidacy, AcquireMode::Once).await;
-            if let Held::Grant = round {
-                delayed(false).await?;
-            }
-            let returned = Instant::now();
-            let mut lease = match granted.ctx("a acquires")? {
-                Acquisition::Granted(lease) => lease,
-                Acquisition::Held(info) => {
-                    return Err(Failure::Fail(format!(
-                        "a vacant key is held by {}",
-                        info.identity
-                    )))
-                }
-            };
-            let term = cx.safety().begin(
-                key.as_str(),
-                lease.holder().as_str(),
-                lease.token(),
-                returned,
-                lease.valid_until(),
-            );
-            if let Held::Renewal = round {
-                delayed(true).await?;
-                let renewed = ca.backend.renew(&lease).await;
-                delayed(false).await?;
-                lease = renewed.ctx("a renews with its answers held back")?;
-                cx.safety().extend(term, lease.valid_until());
-            }
-            // a renews no more: its term ends at its deadline.
-            la.set(LinkFault::Blackhole).await.ctx("cutting a off")?;
-            let cut = Instant::now();
-            let limit = lease.valid_until().saturating_duration_since(cut)
-                + cx.ttl()
-                + cx.caps().expiry_slack
-                + cx.timing().round_trip * 4;
-            let (b, granted_after) = take_when_free(&cx, &cb, &lb, &key, limit).await?;
-            let b_term = cx.safety().begin(
-                key.as_str(),
-                b.holder().as_str(),
-                b.token(),
-                Instant::now(),
-                b.valid_until(),
-            );
-            let what = match round {
-                Held::Grant => "grant",
-                Held::Renewal => "last renewal",
-            };
-            let late = lease.valid_until().saturating_duration_since(granted_after);
-            cx.check(Property::Exclusive, late.is_zero(), || {
-                format!(
-                    "a's deadline from its {what} (answered {hold:?} late) is {late:?} after the \
-                     servers granted the key to b (lower bound: b's granting request forwarded): \
-                     counted from a later request or an answer, not from the request that \
-                     started the TTL"
-                )
-            })?;
-            cx.safety().end(b_term, Instant::now());
-            cb.backend.release(&b).await.ctx("b releases")?;
-            la.set(LinkFault::Pass).await.ctx("healing a's link")?;
+        };
+        if let Held::Grant = round {
+            delayed(true).await?;
         }
-        Ok(())
-    })
-    .await
+        let granted = ca.backend.acquire(&candidacy, AcquireMode::Once).await;
+        if let Held::Grant = round {
+            delayed(false).await?;
+        }
+        let returned = Instant::now();
+        let mut lease = match granted.ctx("a acquires")? {
+            Acquisition::Granted(lease) => lease,
+            Acquisition::Held(info) => {
+                return Err(Failure::Fail(format!(
+                    "a vacant key is held by {}",
+                    info.identity
+                )))
+            }
+        };
+        let term = cx.safety().begin(
+            key.as_str(),
+            lease.holder().as_str(),
+            lease.token(),
+            returned,
+            lease.valid_until(),
+        );
+        if let Held::Renewal = round {
+            delayed(true).await?;
+            let renewed = ca.backend.renew(&lease).await;
+            delayed(false).await?;
+            lease = renewed.ctx("a renews with its answers held back")?;
+            cx.safety().extend(term, lease.valid_until());
+        }
+        // a renews no more: its term ends at its deadline.
+        la.set(LinkFault::Blackhole).await.ctx("cutting a off")?;
+        let cut = Instant::now();
+        let limit = lease.valid_until().saturating_duration_since(cut)
+            + cx.ttl()
+            + cx.caps().expiry_slack
+            + cx.timing().round_trip * 4;
+        let (b, granted_after) = take_when_free(&cx, &cb, &lb, &key, limit).await?;
+        let b_term = cx.safety().begin(
+            key.as_str(),
+            b.holder().as_str(),
+            b.token(),
+            Instant::now(),
+            b.valid_until(),
+        );
+        let what = match round {
+            Held::Grant => "grant",
+            Held::Renewal => "last renewal",
+        };
+        let late = lease.valid_until().saturating_duration_since(granted_after);
+        cx.check(Property::Exclusive, late.is_zero(), || {
+            format!(
+                "a's deadline from its {what} (answered {hold:?} late) is {late:?} after the \
+                 servers granted the key to b (lower bound: b's granting request forwarded): \
+                 counted from a later request or an answer, not from the request that \
+                 started the TTL"
+            )
+        })?;
+        cx.safety().end(b_term, Instant::now());
+        cb.backend.release(&b).await.ctx("b releases")?;
+        la.set(LinkFault::Pass).await.ctx("healing a's link")?;
+    }
+    Ok(())
 }

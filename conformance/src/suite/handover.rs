@@ -1,14 +1,11 @@
 //! Hand-over latency as a distribution, not one sample.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Standby};
-use super::runner::{run_case, Meta};
-use crate::factory::BackendFactory;
-use crate::report::CaseReport;
+use super::context::{Cx, Step};
 
 /// How many graceful hand-overs the case times.
 pub const HANDOVERS: usize = 40;
@@ -47,42 +44,36 @@ pub const SETTLE: Duration = Duration::from_millis(10);
 /// and its set-up after queueing (a ZooKeeper candidate's look and watches,
 /// a few round trips) is no part of the hand-over. The hand-over right after
 /// queueing is what `resign_hands_over_at_once` checks.
-pub async fn handover_p50_over_repeated_resignations(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::machine("handover_p50_over_repeated_resignations", "3, 8");
-    run_case(factory, meta, |cx| async move {
-        let (ca, cb) = (cx.client().await?, cx.client().await?);
-        let key = cx.new_key();
-        cx.measure_round_trip(&cb).await?;
-        let rt = cx.timing().round_trip;
-        let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
-        let mut leader = Leader::campaign(&cx, &electors[0], cx.ttl() + rt).await?;
-        let mut samples = Vec::with_capacity(HANDOVERS);
-        let warm_until = Instant::now() + WARMUP_TIME;
-        let mut warmed = 0;
-        for round in 0.. {
-            if samples.len() == HANDOVERS {
-                break;
-            }
-            let timed = warmed == WARMUP || Instant::now() >= warm_until;
-            leader.write();
-            let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
-            cx.until_waiting(&key, 1).await?;
-            tokio::time::sleep(SETTLE.min(rt)).await;
-            let resigned = Instant::now();
-            leader.resign().await?;
-            let next = standby.leads(&cx, cx.ttl()).await?;
-            if timed {
-                samples.push(cx.safety().get(next.id).start - resigned);
-            } else {
-                warmed += 1;
-            }
-            leader = next;
+pub async fn handover_p50_over_repeated_resignations(cx: Cx) -> Step {
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let key = cx.new_key();
+    cx.measure_round_trip(&cb).await?;
+    let rt = cx.timing().round_trip;
+    let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
+    let mut leader = Leader::campaign(&cx, &electors[0], cx.ttl() + rt).await?;
+    let mut samples = Vec::with_capacity(HANDOVERS);
+    let warm_until = Instant::now() + WARMUP_TIME;
+    let mut warmed = 0;
+    for round in 0.. {
+        if samples.len() == HANDOVERS {
+            break;
         }
+        let timed = warmed == WARMUP || Instant::now() >= warm_until;
+        leader.write();
+        let standby = Standby::start(&cx, electors[(round + 1) % 2].clone());
+        cx.until_waiting(&key, 1).await?;
+        tokio::time::sleep(SETTLE.min(rt)).await;
+        let resigned = Instant::now();
         leader.resign().await?;
-        cx.note(format!("timed after {warmed} untimed hand-overs"));
-        cx.at_once(&samples, "hand-over after resign")
-    })
-    .await
+        let next = standby.leads(&cx, cx.ttl()).await?;
+        if timed {
+            samples.push(cx.safety().get(next.id).start - resigned);
+        } else {
+            warmed += 1;
+        }
+        leader = next;
+    }
+    leader.resign().await?;
+    cx.note(format!("timed after {warmed} untimed hand-overs"));
+    cx.at_once(&samples, "hand-over after resign")
 }

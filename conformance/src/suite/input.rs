@@ -10,9 +10,7 @@ use tenure_core::{
 };
 
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
-use crate::factory::BackendFactory;
-use crate::report::{CaseReport, Property};
+use crate::report::Property;
 
 fn names_field<T: std::fmt::Debug>(result: &tenure_core::Result<T>, field: &str) -> bool {
     matches!(result, Err(Error::InvalidArgument { field: f, .. }) if *f == field)
@@ -153,120 +151,74 @@ fn builder_refuses(
     )
 }
 
-fn meta(name: &'static str) -> Meta {
-    Meta::backend(name, "1")
-}
-
 /// An empty key cannot be made, in the API or the Elector builder.
-pub async fn empty_key_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    run_case(
-        factory,
-        meta("empty_key_is_invalid_argument"),
-        |cx| async move {
-            let before = counters(&cx).await?;
-            rejected(&cx, "ElectionKey::new(\"\")", "key", ElectionKey::new(""))?;
-            builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(""))?;
-            nothing_written(&cx, before, None).await
-        },
-    )
-    .await
+pub async fn empty_key_is_invalid_argument(cx: Cx) -> Step {
+    let before = counters(&cx).await?;
+    rejected(&cx, "ElectionKey::new(\"\")", "key", ElectionKey::new(""))?;
+    builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(""))?;
+    nothing_written(&cx, before, None).await
 }
 
 /// A key the backend's key rule forbids is refused before anything is sent.
-pub async fn key_breaking_backend_rule_is_invalid_argument(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    run_case(
-        factory,
-        meta("key_breaking_backend_rule_is_invalid_argument"),
-        |cx| async move {
-            let bad = match cx.caps().key_rule {
-                KeyRule::PathSegments => "tc//empty-segment",
-                KeyRule::Dns1123Subdomain => "tc.Upper_Case",
-                KeyRule::Any => {
-                    return Err(Failure::Skip(
-                        "the backend stores every valid ElectionKey".into(),
-                    ))
-                }
-                other => return Err(Failure::Skip(format!("no bad key known for {other:?}"))),
-            };
-            let key = ElectionKey::new(bad).ctx("a key valid for ElectionKey")?;
-            let candidacy = Candidacy::new(key, cx.identity("a"), cx.ttl()).ctx("candidacy")?;
-            backend_refuses(&cx, &candidacy, "key").await?;
-            builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(bad))
-        },
-    )
-    .await
+pub async fn key_breaking_backend_rule_is_invalid_argument(cx: Cx) -> Step {
+    let bad = match cx.caps().key_rule {
+        KeyRule::PathSegments => "tc//empty-segment",
+        KeyRule::Dns1123Subdomain => "tc.Upper_Case",
+        KeyRule::Any => {
+            return Err(Failure::Skip(
+                "the backend stores every valid ElectionKey".into(),
+            ))
+        }
+        other => return Err(Failure::Skip(format!("no bad key known for {other:?}"))),
+    };
+    let key = ElectionKey::new(bad).ctx("a key valid for ElectionKey")?;
+    let candidacy = Candidacy::new(key, cx.identity("a"), cx.ttl()).ctx("candidacy")?;
+    backend_refuses(&cx, &candidacy, "key").await?;
+    builder_refuses(&cx, cx.client().await?.backend, "key", |b| b.key(bad))
 }
 
 /// A key longer than the backend (or any backend) allows is refused.
-pub async fn key_over_backend_max_len_is_invalid_argument(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    run_case(
-        factory,
-        meta("key_over_backend_max_len_is_invalid_argument"),
-        |cx| async move {
-            let max = cx.caps().max_key_len;
-            if max >= MAX_KEY_LEN {
-                let before = counters(&cx).await?;
-                rejected(
-                    &cx,
-                    "ElectionKey::new(too long)",
-                    "key",
-                    ElectionKey::new("k".repeat(MAX_KEY_LEN + 1)),
-                )?;
-                return nothing_written(&cx, before, None).await;
-            }
-            let key =
-                ElectionKey::new("k".repeat(max + 1)).ctx("a key of max_key_len + 1 bytes")?;
-            let candidacy = Candidacy::new(key, cx.identity("a"), cx.ttl()).ctx("candidacy")?;
-            backend_refuses(&cx, &candidacy, "key").await
-        },
-    )
-    .await
+pub async fn key_over_backend_max_len_is_invalid_argument(cx: Cx) -> Step {
+    let max = cx.caps().max_key_len;
+    if max >= MAX_KEY_LEN {
+        let before = counters(&cx).await?;
+        rejected(
+            &cx,
+            "ElectionKey::new(too long)",
+            "key",
+            ElectionKey::new("k".repeat(MAX_KEY_LEN + 1)),
+        )?;
+        return nothing_written(&cx, before, None).await;
+    }
+    let key = ElectionKey::new("k".repeat(max + 1)).ctx("a key of max_key_len + 1 bytes")?;
+    let candidacy = Candidacy::new(key, cx.identity("a"), cx.ttl()).ctx("candidacy")?;
+    backend_refuses(&cx, &candidacy, "key").await
 }
 
 /// A zero TTL is refused by the candidacy and by the Elector builder.
-pub async fn ttl_zero_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    run_case(
-        factory,
-        meta("ttl_zero_is_invalid_argument"),
-        |cx| async move {
-            let before = counters(&cx).await?;
-            rejected(
-                &cx,
-                "Candidacy::new(ttl 0)",
-                "ttl",
-                Candidacy::new(cx.new_key(), cx.identity("a"), Duration::ZERO),
-            )?;
-            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| {
-                b.ttl(Duration::ZERO)
-            })?;
-            nothing_written(&cx, before, None).await
-        },
-    )
-    .await
+pub async fn ttl_zero_is_invalid_argument(cx: Cx) -> Step {
+    let before = counters(&cx).await?;
+    rejected(
+        &cx,
+        "Candidacy::new(ttl 0)",
+        "ttl",
+        Candidacy::new(cx.new_key(), cx.identity("a"), Duration::ZERO),
+    )?;
+    builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| {
+        b.ttl(Duration::ZERO)
+    })?;
+    nothing_written(&cx, before, None).await
 }
 
 /// A TTL below the backend's minimum is refused before anything is sent.
-pub async fn ttl_below_backend_minimum_is_invalid_argument(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    run_case(
-        factory,
-        meta("ttl_below_backend_minimum_is_invalid_argument"),
-        |cx| async move {
-            let ttl = cx.caps().min_ttl / 2;
-            if ttl.is_zero() {
-                return Err(Failure::Skip("the backend has no minimum TTL".into()));
-            }
-            let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
-            backend_refuses(&cx, &candidacy, "ttl").await?;
-            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
-        },
-    )
-    .await
+pub async fn ttl_below_backend_minimum_is_invalid_argument(cx: Cx) -> Step {
+    let ttl = cx.caps().min_ttl / 2;
+    if ttl.is_zero() {
+        return Err(Failure::Skip("the backend has no minimum TTL".into()));
+    }
+    let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
+    backend_refuses(&cx, &candidacy, "ttl").await?;
+    builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
 }
 
 /// A TTL above the backend's maximum (`Capabilities::max_ttl`: a ZooKeeper
@@ -274,92 +226,58 @@ pub async fn ttl_below_backend_minimum_is_invalid_argument(
 /// anything is sent, by the backend and by the Elector builder. The TTL
 /// tried is the backend's granularity above the maximum, rounded to the
 /// granularity, so that nothing but the maximum refuses it.
-pub async fn ttl_above_backend_maximum_is_invalid_argument(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    run_case(
-        factory,
-        meta("ttl_above_backend_maximum_is_invalid_argument"),
-        |cx| async move {
-            let Some(max) = cx.caps().max_ttl else {
-                return Err(Failure::Skip("the backend has no maximum TTL".into()));
-            };
-            let g = cx.caps().ttl_granularity.as_nanos().max(1);
-            let ttl = Duration::from_nanos(((max.as_nanos() / g + 1) * g) as u64);
-            let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
-            backend_refuses(&cx, &candidacy, "ttl").await?;
-            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
-        },
-    )
-    .await
+pub async fn ttl_above_backend_maximum_is_invalid_argument(cx: Cx) -> Step {
+    let Some(max) = cx.caps().max_ttl else {
+        return Err(Failure::Skip("the backend has no maximum TTL".into()));
+    };
+    let g = cx.caps().ttl_granularity.as_nanos().max(1);
+    let ttl = Duration::from_nanos(((max.as_nanos() / g + 1) * g) as u64);
+    let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
+    backend_refuses(&cx, &candidacy, "ttl").await?;
+    builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
 }
 
 /// A TTL that is not a whole multiple of the backend's granularity is refused.
-pub async fn ttl_off_granularity_is_invalid_argument(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    run_case(
-        factory,
-        meta("ttl_off_granularity_is_invalid_argument"),
-        |cx| async move {
-            let half = cx.caps().ttl_granularity / 2;
-            if half.is_zero() {
-                return Err(Failure::Skip("the backend takes any TTL".into()));
-            }
-            let ttl = cx.ttl() + half;
-            let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
-            backend_refuses(&cx, &candidacy, "ttl").await?;
-            builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
-        },
-    )
-    .await
+pub async fn ttl_off_granularity_is_invalid_argument(cx: Cx) -> Step {
+    let half = cx.caps().ttl_granularity / 2;
+    if half.is_zero() {
+        return Err(Failure::Skip("the backend takes any TTL".into()));
+    }
+    let ttl = cx.ttl() + half;
+    let candidacy = Candidacy::new(cx.new_key(), cx.identity("a"), ttl).ctx("candidacy")?;
+    backend_refuses(&cx, &candidacy, "ttl").await?;
+    builder_refuses(&cx, cx.client().await?.backend, "ttl", |b| b.ttl(ttl))
 }
 
 /// An empty identity cannot be made, in the API or the Elector builder.
-pub async fn empty_identity_is_invalid_argument(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    run_case(
-        factory,
-        meta("empty_identity_is_invalid_argument"),
-        |cx| async move {
-            let before = counters(&cx).await?;
-            rejected(
-                &cx,
-                "CandidateId::new(\"\")",
-                "identity",
-                CandidateId::new(""),
-            )?;
-            builder_refuses(&cx, cx.client().await?.backend, "identity", |b| {
-                b.identity("")
-            })?;
-            nothing_written(&cx, before, None).await
-        },
-    )
-    .await
+pub async fn empty_identity_is_invalid_argument(cx: Cx) -> Step {
+    let before = counters(&cx).await?;
+    rejected(
+        &cx,
+        "CandidateId::new(\"\")",
+        "identity",
+        CandidateId::new(""),
+    )?;
+    builder_refuses(&cx, cx.client().await?.backend, "identity", |b| {
+        b.identity("")
+    })?;
+    nothing_written(&cx, before, None).await
 }
 
 /// The Elector builder refuses a renewal interval that leaves no room
 /// before the deadline (equal to or above the TTL).
-pub async fn elector_rejects_renew_interval_not_below_ttl(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    run_case(
-        factory,
-        meta("elector_rejects_renew_interval_not_below_ttl"),
-        |cx| async move {
-            let before = counters(&cx).await?;
-            let backend = cx.client().await?.backend;
-            let ttl = cx.ttl();
-            builder_refuses(&cx, backend.clone(), "renew_interval", |b| {
-                b.renew_interval(ttl)
-            })?;
-            builder_refuses(&cx, backend.clone(), "renew_interval", |b| {
-                b.renew_interval(ttl * 2)
-            })?;
-            builder_refuses(&cx, backend, "renew_interval", |b| {
-                b.renew_interval(Duration::ZERO)
-            })?;
-            nothing_written(&cx, before, None).await
-        },
-    )
-    .await
+pub async fn elector_rejects_renew_interval_not_below_ttl(cx: Cx) -> Step {
+    let before = counters(&cx).await?;
+    let backend = cx.client().await?.backend;
+    let ttl = cx.ttl();
+    builder_refuses(&cx, backend.clone(), "renew_interval", |b| {
+        b.renew_interval(ttl)
+    })?;
+    builder_refuses(&cx, backend.clone(), "renew_interval", |b| {
+        b.renew_interval(ttl * 2)
+    })?;
+    builder_refuses(&cx, backend, "renew_interval", |b| {
+        b.renew_interval(Duration::ZERO)
+    })?;
+    nothing_written(&cx, before, None).await
 }

@@ -1,16 +1,13 @@
 //! Contract point 12: an election is one key, not a prefix: `k` and `k/b`
 //! are independent elections.
 
-use std::sync::Arc;
-
 use tenure_core::{ElectionKey, LeaderEvent};
 
 use super::candidate::Holder;
 use super::context::{Cx, Failure, Step};
-use super::runner::{run_case, Meta};
 use super::watcher::{elected, show, vacant, Watcher};
-use crate::factory::{BackendFactory, Client};
-use crate::report::{CaseReport, Property};
+use crate::factory::Client;
+use crate::report::Property;
 
 /// A key nested under `parent`: `parent/b`, or `parent.b` where the backend's
 /// key rule has no `/` (a Kubernetes Lease name).
@@ -176,19 +173,15 @@ async fn parent_release_leaves_child_alone(
 /// Hold `k/b`: `k` is granted and its watch starts Vacant; hold `k`: `k/b`
 /// is granted too. Hold both: releasing `k` leaves `k/b` held, renewable
 /// with its token, and `k`'s watch reports none of `k/b`'s changes.
-pub async fn nested_keys_are_independent(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta::shared("nested_keys_are_independent", "12");
-    run_case(factory, meta, |cx| async move {
-        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
-        let parent = cx.new_key();
-        let child = nested(&cx, &parent)?;
-        independent(&cx, (&ca, &cb, &cc), (&child, &parent), ("a", "b")).await?;
-        let parent = cx.new_key();
-        let child = nested(&cx, &parent)?;
-        independent(&cx, (&ca, &cb, &cc), (&parent, &child), ("c", "d")).await?;
-        let parent = cx.new_key();
-        let child = nested(&cx, &parent)?;
-        parent_release_leaves_child_alone(&cx, (&ca, &cb, &cc), (&parent, &child)).await
-    })
-    .await
+pub async fn nested_keys_are_independent(cx: Cx) -> Step {
+    let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
+    let parent = cx.new_key();
+    let child = nested(&cx, &parent)?;
+    independent(&cx, (&ca, &cb, &cc), (&child, &parent), ("a", "b")).await?;
+    let parent = cx.new_key();
+    let child = nested(&cx, &parent)?;
+    independent(&cx, (&ca, &cb, &cc), (&parent, &child), ("c", "d")).await?;
+    let parent = cx.new_key();
+    let child = nested(&cx, &parent)?;
+    parent_release_leaves_child_alone(&cx, (&ca, &cb, &cc), (&parent, &child)).await
 }

@@ -1,18 +1,15 @@
 //! Server nodes killed under a leading candidate: a follower, then the
 //! servers' own leader.
 
-use std::sync::Arc;
-
 use tenure_core::LossReason;
 use tokio::time::{sleep_until, Instant};
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Cx, Failure, Step};
 use super::faults::{applied, millis, restore, server_leader};
-use super::runner::{run_case, Meta};
 use super::safety::Write;
-use crate::factory::{BackendFactory, ServerFaults};
-use crate::report::{CaseReport, Property};
+use crate::factory::ServerFaults;
+use crate::report::Property;
 
 /// In a cluster of three or more nodes: killing a node that is not the
 /// servers' leader leaves the candidate leading (its renewals go on); killing
@@ -22,29 +19,20 @@ use crate::report::{CaseReport, Property};
 /// the servers took to re-elect (a new leader may refresh
 /// every lease by its election timeout, as etcd's does). Never two leaders;
 /// the old leader's write is refused; killed nodes are started again.
-pub async fn server_node_killed_leader_survives_or_fails_over(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::backend(
-        "server_node_killed_leader_survives_or_fails_over",
-        "5, 6, 8",
-    );
-    run_case(factory, meta, |cx| async move {
-        let Some(servers) = cx.factory().servers() else {
-            return Err(Failure::Skip("the factory cannot kill server nodes".into()));
-        };
-        if servers.nodes() < 3 {
-            return Err(Failure::Skip(format!(
-                "needs 3 or more server nodes; the deployment has {}",
-                servers.nodes()
-            )));
-        }
-        let mut down = Vec::new();
-        let result = kill_nodes(&cx, servers, &mut down).await;
-        let restored = restore(servers, &down).await;
-        result.and(restored)
-    })
-    .await
+pub async fn server_node_killed_leader_survives_or_fails_over(cx: Cx) -> Step {
+    let Some(servers) = cx.factory().servers() else {
+        return Err(Failure::Skip("the factory cannot kill server nodes".into()));
+    };
+    if servers.nodes() < 3 {
+        return Err(Failure::Skip(format!(
+            "needs 3 or more server nodes; the deployment has {}",
+            servers.nodes()
+        )));
+    }
+    let mut down = Vec::new();
+    let result = kill_nodes(&cx, servers, &mut down).await;
+    let restored = restore(servers, &down).await;
+    result.and(restored)
 }
 
 async fn kill_nodes(cx: &Cx, servers: &dyn ServerFaults, down: &mut Vec<usize>) -> Step {

@@ -3,7 +3,6 @@
 //! and a standby takes over meanwhile; the observer must not wait for that
 //! node to come back to say so.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -12,10 +11,9 @@ use super::candidate::{elector, Holder, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::cutoff::{each_node, faultable, Fault};
 use super::faults::{applied, server_leader};
-use super::runner::{run_case, Meta};
 use super::watcher::{elected, show, vacant, Watcher};
-use crate::factory::{BackendFactory, ServerFaults};
-use crate::report::{CaseReport, Property};
+use crate::factory::ServerFaults;
+use crate::report::Property;
 
 /// In a deployment of three or more nodes, for each node X in turn (cut off
 /// from its peers; then frozen, unless X leads the servers, as in
@@ -36,23 +34,17 @@ use crate::report::{CaseReport, Property};
 /// dead (etcd: a stream that requires a leader is cancelled three election
 /// timeouts after the cut; a frozen member's connection, once its HTTP/2
 /// pings go unanswered, 15 s).
-pub async fn observer_sees_failover_when_its_node_is_cut_off(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::backend("observer_sees_failover_when_its_node_is_cut_off", "10");
-    run_case(factory, meta, |cx| async move {
-        let servers = faultable(&cx).await?;
-        let figures = each_node(servers, "the observer's", |node, fault| {
-            round(&cx, servers, node, fault)
-        })
-        .await?;
-        cx.note(format!(
-            "the observer reported the new leader, ms after its grant (or after the node noticed the cut) of the bound, by the observer's node: {}",
-            figures.join(", ")
-        ));
-        Ok(())
+pub async fn observer_sees_failover_when_its_node_is_cut_off(cx: Cx) -> Step {
+    let servers = faultable(&cx).await?;
+    let figures = each_node(servers, "the observer's", |node, fault| {
+        round(&cx, servers, node, fault)
     })
-    .await
+    .await?;
+    cx.note(format!(
+        "the observer reported the new leader, ms after its grant (or after the node noticed the cut) of the bound, by the observer's node: {}",
+        figures.join(", ")
+    ));
+    Ok(())
 }
 
 /// How soon after a new leader's grant an observer whose watch is on a

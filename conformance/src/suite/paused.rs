@@ -3,17 +3,14 @@
 //! own leader. A frozen node is the fault clients handle worst: nothing
 //! fails, answers just stop coming.
 
-use std::sync::Arc;
-
 use tokio::time::{sleep_until, Instant};
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
 use super::nodes::{finish, hand_over, still_leads};
-use super::runner::{run_case, Meta};
-use crate::factory::{BackendFactory, ServerFaults};
-use crate::report::{CaseReport, Property};
+use crate::factory::ServerFaults;
+use crate::report::Property;
 
 /// Which node the case pauses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,15 +27,8 @@ enum Paused {
 /// through them, so the leader must go on leading, its `valid_until`
 /// moving, and hand over when it resigns. (A backend whose servers are
 /// independent, or whose client has one endpoint, skips the case.)
-pub async fn holders_server_node_paused_longer_than_ttl(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    paused_node(
-        factory,
-        "holders_server_node_paused_longer_than_ttl",
-        Paused::Holders,
-    )
-    .await
+pub async fn holders_server_node_paused_longer_than_ttl(cx: Cx) -> Step {
+    paused_node(cx, Paused::Holders).await
 }
 
 /// The servers' own leader is paused for longer than the TTL: the others
@@ -47,130 +37,115 @@ pub async fn holders_server_node_paused_longer_than_ttl(
 /// `valid_until`; then a standby leads, never before that `valid_until`,
 /// within two TTLs plus [`Cx::failover_bound`] of the servers being whole
 /// again, and the old leader's write is refused.
-pub async fn servers_leader_paused_longer_than_ttl(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    paused_node(
-        factory,
-        "servers_leader_paused_longer_than_ttl",
-        Paused::ServersLeader,
-    )
-    .await
+pub async fn servers_leader_paused_longer_than_ttl(cx: Cx) -> Step {
+    paused_node(cx, Paused::ServersLeader).await
 }
 
-async fn paused_node(
-    factory: Arc<dyn BackendFactory>,
-    name: &'static str,
-    which: Paused,
-) -> CaseReport {
-    let meta = Meta::backend(name, "5, 6, 8");
-    run_case(factory, meta, move |cx| async move {
-        let Some(servers) = cx.factory().servers() else {
-            return Err(Failure::Skip(
-                "the factory cannot pause server nodes".into(),
-            ));
-        };
-        if servers.nodes() < 3 {
-            return Err(Failure::Skip(format!(
-                "needs 3 or more server nodes; the deployment has {}",
-                servers.nodes()
-            )));
-        }
-        let leader = servers.leader().await.ok().flatten();
-        // A's client on a node other than the servers' leader where one can
-        // be had (pausing the leader is the other case): a client that uses
-        // the leader only is replaced, a few times at most.
-        let mut ca = cx.client().await?;
-        if which == Paused::Holders {
-            for _ in 0..servers.nodes() {
-                match ca.link.as_ref().and_then(|link| link.nodes_in_use()) {
-                    Some(nodes)
-                        if !nodes.is_empty() && nodes.iter().all(|&n| Some(n) == leader) =>
-                    {
-                        ca = cx.client().await?;
-                    }
-                    _ => break,
-                }
-            }
-        }
-        let cb = cx.client().await?;
-        let key = cx.new_key();
-        let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
-        let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, ttl + rt).await?;
-        a.write();
-        let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
-        cx.until_waiting(&key, 1).await?;
-        let node = match which {
-            Paused::Holders => {
-                let nodes = ca.link.as_ref().and_then(|link| link.nodes_in_use());
-                let Some(nodes) = nodes else {
-                    return Err(Failure::Skip(
-                        "the client's link cannot tell which server node it uses".into(),
-                    ));
-                };
-                if nodes.is_empty() {
-                    return Err(Failure::Fail(
-                        "a's client, leading, has no connection open to any server node".into(),
-                    ));
-                }
-                // Best a node b does not use and that does not lead the
-                // servers: the fault then cuts a off and leaves b and the
-                // servers whole.
-                let b_uses = cb
-                    .link
-                    .as_ref()
-                    .and_then(|link| link.nodes_in_use())
-                    .unwrap_or_default();
-                let not_leader = |n: &&usize| Some(**n) != leader;
-                nodes
-                    .iter()
-                    .filter(not_leader)
-                    .find(|n| !b_uses.contains(n))
-                    .or_else(|| nodes.iter().find(not_leader))
-                    .copied()
-                    .unwrap_or(nodes[0])
-            }
-            Paused::ServersLeader => match server_leader(servers, |_| true).await? {
-                Some(node) => node,
-                None => {
-                    return Err(Failure::Skip(
-                        "the servers elect no leader of their own".into(),
-                    ))
-                }
-            },
-        };
-        let opened = || {
-            ca.link
-                .as_ref()
-                .and_then(|link| link.connections_opened())
-                .and_then(|counts| counts.get(node).copied())
-        };
-        let opened_before = opened();
-        let paused = Instant::now();
-        applied(
-            servers.pause(node).await,
-            format_args!("pausing node {node}"),
-        )?;
-        sleep_until(paused + ttl + rt * 2).await; // the fault lasts longer than the TTL
-        let unpaused = servers
-            .unpause(node)
-            .await
-            .ctx(format_args!("unpausing node {node}"));
-        let resumed = Instant::now();
-        // Connections a's client opened to the frozen node while it was.
-        let retried = opened()
-            .zip(opened_before)
-            .map(|(after, before)| after - before);
-        unpaused?;
-        cx.note(format!(
-            "node {node} ({}) paused for {:.0} ms",
-            match which {
-                Paused::Holders => "the one a's client used",
-                Paused::ServersLeader => "the servers' leader",
-            },
-            millis(resumed - paused)
+async fn paused_node(cx: Cx, which: Paused) -> Step {
+    let Some(servers) = cx.factory().servers() else {
+        return Err(Failure::Skip(
+            "the factory cannot pause server nodes".into(),
         ));
-        after_pause(&cx, servers, which, a, standby, paused, retried).await
-    })
-    .await
+    };
+    if servers.nodes() < 3 {
+        return Err(Failure::Skip(format!(
+            "needs 3 or more server nodes; the deployment has {}",
+            servers.nodes()
+        )));
+    }
+    let leader = servers.leader().await.ok().flatten();
+    // A's client on a node other than the servers' leader where one can
+    // be had (pausing the leader is the other case): a client that uses
+    // the leader only is replaced, a few times at most.
+    let mut ca = cx.client().await?;
+    if which == Paused::Holders {
+        for _ in 0..servers.nodes() {
+            match ca.link.as_ref().and_then(|link| link.nodes_in_use()) {
+                Some(nodes) if !nodes.is_empty() && nodes.iter().all(|&n| Some(n) == leader) => {
+                    ca = cx.client().await?;
+                }
+                _ => break,
+            }
+        }
+    }
+    let cb = cx.client().await?;
+    let key = cx.new_key();
+    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
+    let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, ttl + rt).await?;
+    a.write();
+    let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
+    cx.until_waiting(&key, 1).await?;
+    let node = match which {
+        Paused::Holders => {
+            let nodes = ca.link.as_ref().and_then(|link| link.nodes_in_use());
+            let Some(nodes) = nodes else {
+                return Err(Failure::Skip(
+                    "the client's link cannot tell which server node it uses".into(),
+                ));
+            };
+            if nodes.is_empty() {
+                return Err(Failure::Fail(
+                    "a's client, leading, has no connection open to any server node".into(),
+                ));
+            }
+            // Best a node b does not use and that does not lead the
+            // servers: the fault then cuts a off and leaves b and the
+            // servers whole.
+            let b_uses = cb
+                .link
+                .as_ref()
+                .and_then(|link| link.nodes_in_use())
+                .unwrap_or_default();
+            let not_leader = |n: &&usize| Some(**n) != leader;
+            nodes
+                .iter()
+                .filter(not_leader)
+                .find(|n| !b_uses.contains(n))
+                .or_else(|| nodes.iter().find(not_leader))
+                .copied()
+                .unwrap_or(nodes[0])
+        }
+        Paused::ServersLeader => match server_leader(servers, |_| true).await? {
+            Some(node) => node,
+            None => {
+                return Err(Failure::Skip(
+                    "the servers elect no leader of their own".into(),
+                ))
+            }
+        },
+    };
+    let opened = || {
+        ca.link
+            .as_ref()
+            .and_then(|link| link.connections_opened())
+            .and_then(|counts| counts.get(node).copied())
+    };
+    let opened_before = opened();
+    let paused = Instant::now();
+    applied(
+        servers.pause(node).await,
+        format_args!("pausing node {node}"),
+    )?;
+    sleep_until(paused + ttl + rt * 2).await; // the fault lasts longer than the TTL
+    let unpaused = servers
+        .unpause(node)
+        .await
+        .ctx(format_args!("unpausing node {node}"));
+    let resumed = Instant::now();
+    // Connections a's client opened to the frozen node while it was.
+    let retried = opened()
+        .zip(opened_before)
+        .map(|(after, before)| after - before);
+    unpaused?;
+    cx.note(format!(
+        "node {node} ({}) paused for {:.0} ms",
+        match which {
+            Paused::Holders => "the one a's client used",
+            Paused::ServersLeader => "the servers' leader",
+        },
+        millis(resumed - paused)
+    ));
+    after_pause(&cx, servers, which, a, standby, paused, retried).await
 }
 
 /// What must hold once the paused node is back.

@@ -1,19 +1,16 @@
 //! Faults only a separate OS process can suffer: frozen by SIGSTOP for
 //! longer than the TTL, and killed by SIGKILL.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::candidate::{elector, Standby};
 use super::context::{Cx, Failure, Step};
-use super::runner::{run_case, Meta};
 use super::safety::{TermId, Write};
-use crate::factory::BackendFactory;
 use crate::process::clock::from_ns;
 use crate::process::{CandidateProcess, Command, Message};
-use crate::report::{CaseReport, Property};
+use crate::report::Property;
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
     move |e| Failure::Fail(format!("{what}: {e}"))
@@ -77,126 +74,114 @@ async fn leading_process(
 /// A candidate process frozen (SIGSTOP) for longer than the TTL is replaced
 /// within [`Cx::failover_bound`], never before its `valid_until`; resumed, it
 /// reports the loss, is no longer valid, and its write is refused.
-pub async fn paused_candidate_loses_and_its_write_is_refused(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared("paused_candidate_loses_and_its_write_is_refused", "6, 9");
-    run_case(factory, meta, |cx| async move {
-        let key = cx.new_key();
-        let (mut a, term, token) = leading_process(&cx, &key).await?;
-        let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
-        cx.until_waiting(&key, 1).await?;
-        let paused = Instant::now();
-        a.pause().map_err(io("SIGSTOP"))?;
-        let bound = cx.failover_bound();
-        let mut b = standby.fails_over(&cx, paused, bound).await?;
-        let b_start = cx.safety().get(b.id).start;
-        let failover = b_start - paused;
-        cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
-        b.write();
-        a.resume().map_err(io("SIGCONT"))?;
-        match a.next_event(Duration::from_secs(2)).await {
-            Some((
-                Message::Lost {
-                    reason,
-                    at_ns,
-                    valid_until_ns,
-                },
-                _,
-            )) => {
-                cx.safety().extend(term, from_ns(valid_until_ns));
-                cx.safety().end(term, from_ns(at_ns));
-                cx.check(
-                    Property::Contract,
-                    !matches!(reason.as_str(), "Resigned" | "Shutdown"),
-                    || format!("the frozen candidate's term ended as {reason}"),
-                )?;
-            }
-            other => cx.check(Property::Contract, false, || {
-                format!("resumed, the candidate reported {other:?}, not its loss")
-            })?,
+pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
+    let key = cx.new_key();
+    let (mut a, term, token) = leading_process(&cx, &key).await?;
+    let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
+    cx.until_waiting(&key, 1).await?;
+    let paused = Instant::now();
+    a.pause().map_err(io("SIGSTOP"))?;
+    let bound = cx.failover_bound();
+    let mut b = standby.fails_over(&cx, paused, bound).await?;
+    let b_start = cx.safety().get(b.id).start;
+    let failover = b_start - paused;
+    cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
+    b.write();
+    a.resume().map_err(io("SIGCONT"))?;
+    match a.next_event(Duration::from_secs(2)).await {
+        Some((
+            Message::Lost {
+                reason,
+                at_ns,
+                valid_until_ns,
+            },
+            _,
+        )) => {
+            cx.safety().extend(term, from_ns(valid_until_ns));
+            cx.safety().end(term, from_ns(at_ns));
+            cx.check(
+                Property::Contract,
+                !matches!(reason.as_str(), "Resigned" | "Shutdown"),
+                || format!("the frozen candidate's term ended as {reason}"),
+            )?;
         }
-        let deadline = cx.safety().get(term).valid_until;
-        cx.check(Property::Exclusive, deadline < b_start, || {
-            format!(
-                "b leads {:?} before the frozen a's valid_until",
-                deadline - b_start
-            )
-        })?;
-        let status = a
-            .request(Command::Write, Duration::from_secs(2))
-            .await
-            .map_err(io("write"))?
-            .map_err(Failure::Fail)?;
-        cx.check(Property::Contract, !status.valid, || {
-            "resumed after the TTL, the candidate still claims validity".into()
-        })?;
-        let zombie = cx.store().write(
-            term,
-            cx.identity("a").as_str(),
-            token.map(tenure_core::FencingToken::new),
-        );
-        cx.check(Property::Fencing, zombie == Write::Refused, || {
-            "the resumed candidate's write was accepted".into()
-        })?;
-        cx.check(Property::Timing, failover <= bound, || {
-            format!("failover took {failover:?}, bound {bound:?}")
-        })?;
-        b.resign().await
-    })
-    .await
+        other => cx.check(Property::Contract, false, || {
+            format!("resumed, the candidate reported {other:?}, not its loss")
+        })?,
+    }
+    let deadline = cx.safety().get(term).valid_until;
+    cx.check(Property::Exclusive, deadline < b_start, || {
+        format!(
+            "b leads {:?} before the frozen a's valid_until",
+            deadline - b_start
+        )
+    })?;
+    let status = a
+        .request(Command::Write, Duration::from_secs(2))
+        .await
+        .map_err(io("write"))?
+        .map_err(Failure::Fail)?;
+    cx.check(Property::Contract, !status.valid, || {
+        "resumed after the TTL, the candidate still claims validity".into()
+    })?;
+    let zombie = cx.store().write(
+        term,
+        cx.identity("a").as_str(),
+        token.map(tenure_core::FencingToken::new),
+    );
+    cx.check(Property::Fencing, zombie == Write::Refused, || {
+        "the resumed candidate's write was accepted".into()
+    })?;
+    cx.check(Property::Timing, failover <= bound, || {
+        format!("failover took {failover:?}, bound {bound:?}")
+    })?;
+    b.resign().await
 }
 
 /// A candidate process killed (SIGKILL) while leading is replaced within
 /// [`Cx::failover_bound`] (the TTL, the backend's slack up to 1 s, and 250 ms:
 /// tighter than the 1 s the name still says), never before its last
 /// `valid_until`; its token is refused after.
-pub async fn killed_candidate_taken_over_within_ttl_plus_1s(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared("killed_candidate_taken_over_within_ttl_plus_1s", "6, 9");
-    run_case(factory, meta, |cx| async move {
-        let key = cx.new_key();
-        let (mut a, term, token) = leading_process(&cx, &key).await?;
-        let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
-        cx.until_waiting(&key, 1).await?;
-        let status = a
-            .request(Command::Status, Duration::from_secs(2))
-            .await
-            .map_err(io("status"))?
-            .map_err(Failure::Fail)?;
-        if let Some(ns) = status.valid_until_ns {
-            cx.safety().extend(term, from_ns(ns));
-        }
-        let killed = Instant::now();
-        a.kill().await.map_err(io("SIGKILL"))?;
-        cx.safety().end(term, killed);
-        // The last deadline a told of: renewals after it only move it later.
-        let deadline = cx.safety().get(term).valid_until;
-        let bound = cx.failover_bound();
-        let mut b = standby.fails_over(&cx, killed, bound).await?;
-        let b_start = cx.safety().get(b.id).start;
-        let failover = b_start - killed;
-        cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
-        cx.check(Property::Exclusive, deadline < b_start, || {
-            format!(
-                "b leads {:?} before the killed a's valid_until",
-                deadline - b_start
-            )
-        })?;
-        cx.check(Property::Timing, failover <= bound, || {
-            format!("failover took {failover:?}, bound {bound:?}")
-        })?;
-        b.write();
-        let zombie = cx.store().write(
-            term,
-            cx.identity("a").as_str(),
-            token.map(tenure_core::FencingToken::new),
-        );
-        cx.check(Property::Fencing, zombie == Write::Refused, || {
-            "the killed leader's token was accepted after the new leader's".into()
-        })?;
-        b.resign().await
-    })
-    .await
+pub async fn killed_candidate_taken_over_within_ttl_plus_1s(cx: Cx) -> Step {
+    let key = cx.new_key();
+    let (mut a, term, token) = leading_process(&cx, &key).await?;
+    let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
+    cx.until_waiting(&key, 1).await?;
+    let status = a
+        .request(Command::Status, Duration::from_secs(2))
+        .await
+        .map_err(io("status"))?
+        .map_err(Failure::Fail)?;
+    if let Some(ns) = status.valid_until_ns {
+        cx.safety().extend(term, from_ns(ns));
+    }
+    let killed = Instant::now();
+    a.kill().await.map_err(io("SIGKILL"))?;
+    cx.safety().end(term, killed);
+    // The last deadline a told of: renewals after it only move it later.
+    let deadline = cx.safety().get(term).valid_until;
+    let bound = cx.failover_bound();
+    let mut b = standby.fails_over(&cx, killed, bound).await?;
+    let b_start = cx.safety().get(b.id).start;
+    let failover = b_start - killed;
+    cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
+    cx.check(Property::Exclusive, deadline < b_start, || {
+        format!(
+            "b leads {:?} before the killed a's valid_until",
+            deadline - b_start
+        )
+    })?;
+    cx.check(Property::Timing, failover <= bound, || {
+        format!("failover took {failover:?}, bound {bound:?}")
+    })?;
+    b.write();
+    let zombie = cx.store().write(
+        term,
+        cx.identity("a").as_str(),
+        token.map(tenure_core::FencingToken::new),
+    );
+    cx.check(Property::Fencing, zombie == Write::Refused, || {
+        "the killed leader's token was accepted after the new leader's".into()
+    })?;
+    b.resign().await
 }

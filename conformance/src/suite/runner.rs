@@ -142,12 +142,6 @@ where
         Quiet::Backend => quiesce(vec![factory.clone()]).await,
         Quiet::Shared => {}
     }
-    debug_assert_eq!(
-        meta.quiet == Quiet::Machine,
-        super::TIMED_ALONE.contains(&meta.name),
-        "{}: TIMED_ALONE lists exactly the Quiet::Machine cases",
-        meta.name
-    );
     let started = std::time::Instant::now();
     let backend = factory.name().to_owned();
     let server = factory.server_version().await;

@@ -4,7 +4,6 @@
 //! disagree or in a rolling configuration change) expires the holder's
 //! session that much sooner than its lease counts.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -12,10 +11,9 @@ use tokio::time::{sleep, Instant};
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
-use super::runner::{run_case, Meta};
 use super::safety::Write;
-use crate::factory::{BackendFactory, Client, Link, LinkFault, ServerFaults};
-use crate::report::{CaseReport, Property};
+use crate::factory::{Client, Link, LinkFault, ServerFaults};
+use crate::report::Property;
 
 /// In a deployment of three or more nodes: a leads and b waits, each
 /// client confined to the servers' leader; a node that does not lead the
@@ -34,77 +32,71 @@ use crate::report::{CaseReport, Property};
 /// shrunk session on its own, 7/5 of its timeout after its last answer,
 /// which hides the fault half the time.)
 /// The node gets its defaults back whatever the outcome.
-pub async fn session_shrunk_on_reconnect_holder_stops_first(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::backend("session_shrunk_on_reconnect_holder_stops_first", "5, 6, 8");
-    run_case(factory, meta, |cx| async move {
-        let Some(servers) = cx.factory().servers() else {
-            return Err(Failure::Skip(
-                "the factory cannot fault server nodes".into(),
-            ));
-        };
-        if servers.nodes() < 3 {
-            return Err(Failure::Skip(format!(
-                "needs 3 or more server nodes (one that shrinks sessions, another for the \
-                 standby, a majority serving while the first restarts); the deployment has {}",
-                servers.nodes()
-            )));
-        }
-        // Both clients exist before any node shrinks sessions: a backend
-        // may refuse to connect to servers that disagree (tenure-zookeeper).
-        let (ca, cb) = (cx.client().await?, cx.client().await?);
-        let (Some(la), Some(lb)) = (ca.link.clone(), cb.link.clone()) else {
-            return Err(Failure::Skip(
-                "the factory's clients have no link to move to one server node".into(),
-            ));
-        };
-        let leader = server_leader(servers, |_| true).await?;
-        // A node that does not lead the servers: they keep their leader
-        // while it restarts with its new settings.
-        let low = (0..servers.nodes())
-            .rev()
-            .find(|&i| Some(i) != leader)
-            .expect("3 or more nodes");
-        let keep = leader.unwrap_or(0);
-        for (link, whose) in [(&la, "a's"), (&lb, "b's")] {
-            applied(
-                link.confine_to(Some(keep)).await,
-                format_args!("confining {whose} client to node {keep}"),
-            )?;
-        }
-        let max = cx.ttl() / 5;
-        let limited = applied(
-            servers.limit_sessions(low, Some(max)).await,
-            format_args!("giving the sessions on node {low} at most {max:?}"),
-        );
-        let skipped = matches!(limited, Err(Failure::Skip(_)));
-        let outcome = match limited {
-            Ok(()) => shrink(&cx, servers, &ca, &cb, &*la, low, max).await,
-            failed => failed,
-        };
-        // The node gets its defaults back even after a failed restart.
-        let restored = if skipped {
-            Ok(())
-        } else {
-            servers
-                .limit_sessions(low, None)
-                .await
-                .ctx(format_args!("giving node {low} its defaults again"))
-        };
-        let healed = la.set(LinkFault::Pass).await.ctx("healing a's link");
-        let freed = lb
-            .confine_to(None)
+pub async fn session_shrunk_on_reconnect_holder_stops_first(cx: Cx) -> Step {
+    let Some(servers) = cx.factory().servers() else {
+        return Err(Failure::Skip(
+            "the factory cannot fault server nodes".into(),
+        ));
+    };
+    if servers.nodes() < 3 {
+        return Err(Failure::Skip(format!(
+            "needs 3 or more server nodes (one that shrinks sessions, another for the \
+             standby, a majority serving while the first restarts); the deployment has {}",
+            servers.nodes()
+        )));
+    }
+    // Both clients exist before any node shrinks sessions: a backend
+    // may refuse to connect to servers that disagree (tenure-zookeeper).
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let (Some(la), Some(lb)) = (ca.link.clone(), cb.link.clone()) else {
+        return Err(Failure::Skip(
+            "the factory's clients have no link to move to one server node".into(),
+        ));
+    };
+    let leader = server_leader(servers, |_| true).await?;
+    // A node that does not lead the servers: they keep their leader
+    // while it restarts with its new settings.
+    let low = (0..servers.nodes())
+        .rev()
+        .find(|&i| Some(i) != leader)
+        .expect("3 or more nodes");
+    let keep = leader.unwrap_or(0);
+    for (link, whose) in [(&la, "a's"), (&lb, "b's")] {
+        applied(
+            link.confine_to(Some(keep)).await,
+            format_args!("confining {whose} client to node {keep}"),
+        )?;
+    }
+    let max = cx.ttl() / 5;
+    let limited = applied(
+        servers.limit_sessions(low, Some(max)).await,
+        format_args!("giving the sessions on node {low} at most {max:?}"),
+    );
+    let skipped = matches!(limited, Err(Failure::Skip(_)));
+    let outcome = match limited {
+        Ok(()) => shrink(&cx, servers, &ca, &cb, &*la, low, max).await,
+        failed => failed,
+    };
+    // The node gets its defaults back even after a failed restart.
+    let restored = if skipped {
+        Ok(())
+    } else {
+        servers
+            .limit_sessions(low, None)
             .await
-            .ctx("letting b's client reach every node");
-        let settled = if skipped {
-            Ok(())
-        } else {
-            servers.settle().await.ctx("letting the servers settle")
-        };
-        outcome.and(restored).and(healed).and(freed).and(settled)
-    })
-    .await
+            .ctx(format_args!("giving node {low} its defaults again"))
+    };
+    let healed = la.set(LinkFault::Pass).await.ctx("healing a's link");
+    let freed = lb
+        .confine_to(None)
+        .await
+        .ctx("letting b's client reach every node");
+    let settled = if skipped {
+        Ok(())
+    } else {
+        servers.settle().await.ctx("letting the servers settle")
+    };
+    outcome.and(restored).and(healed).and(freed).and(settled)
 }
 
 /// a leads on `ca`, b waits on `cb`; a's client (behind `la`) moves to node

@@ -1,6 +1,5 @@
 //! Contract point 9: every grant's token is greater than every earlier one.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::LossReason;
@@ -10,65 +9,59 @@ use tokio::time::Instant;
 use super::candidate::Holder;
 use super::context::{Cx, Failure, Step};
 use super::faults::millis;
-use super::runner::{run_case, Meta};
-use crate::factory::BackendFactory;
-use crate::report::{CaseReport, Property};
+use crate::report::Property;
 
 /// Tokens strictly increase over grants by a single attempt, to the same
 /// identity again, through the waiting line, and after an expiry.
-pub async fn tokens_strictly_increase(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta::shared("tokens_strictly_increase", "9");
-    run_case(factory, meta, |cx| async move {
-        let (ca, cb) = (cx.client().await?, cx.client().await?);
-        let key = cx.new_key();
-        let a1 = Holder::acquire(&cx, &ca, &key, "a").await?;
-        a1.write();
-        a1.release().await?;
-        let a2 = Holder::acquire(&cx, &ca, &key, "a").await?; // the same identity again
-        a2.write();
-        a2.release().await?;
-        let b1 = Holder::acquire(&cx, &cb, &key, "b").await?;
-        b1.write();
-        let spawn_wait = |name: &'static str, client: crate::factory::Client| {
-            let (cx, key) = (cx.clone(), key.clone());
-            tokio::spawn(async move { Holder::acquire_waiting(&cx, &client, &key, name).await })
-        };
-        let join = |r: Result<Step<Holder>, tokio::task::JoinError>| -> Step<Holder> {
-            r.map_err(|e| Failure::Fail(format!("waiting task: {e}")))?
-        };
-        let waiting = spawn_wait("a", ca.clone());
-        cx.until_waiting(&key, 1).await?;
-        b1.release().await?;
-        let a3 = join(
-            cx.within(cx.ttl(), "a's grant through the line", waiting)
-                .await?,
-        )?;
-        a3.write();
-        // a3 is left to expire; b's grant then comes from the expiry.
-        let waiting = spawn_wait("b", cb.clone());
-        let limit = cx.ttl() * 2 + cx.caps().expiry_slack + cx.timing().round_trip;
-        let b2 = join(
-            cx.within(limit, "b's grant after a's expiry", waiting)
-                .await?,
-        )?;
-        b2.write();
-        b2.release().await?;
-        let tokens = cx.safety().tokens();
-        let raw: Vec<String> = tokens
-            .iter()
-            .map(|t| t.map_or("none".into(), |t| t.to_string()))
-            .collect();
-        let raw = raw.join(", ");
-        let increasing = tokens
-            .windows(2)
-            .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
-        cx.check(Property::Fencing, increasing, || {
-            format!("tokens in grant order: {raw}")
-        })?;
-        cx.note(format!("tokens {raw}"));
-        Ok(())
-    })
-    .await
+pub async fn tokens_strictly_increase(cx: Cx) -> Step {
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let key = cx.new_key();
+    let a1 = Holder::acquire(&cx, &ca, &key, "a").await?;
+    a1.write();
+    a1.release().await?;
+    let a2 = Holder::acquire(&cx, &ca, &key, "a").await?; // the same identity again
+    a2.write();
+    a2.release().await?;
+    let b1 = Holder::acquire(&cx, &cb, &key, "b").await?;
+    b1.write();
+    let spawn_wait = |name: &'static str, client: crate::factory::Client| {
+        let (cx, key) = (cx.clone(), key.clone());
+        tokio::spawn(async move { Holder::acquire_waiting(&cx, &client, &key, name).await })
+    };
+    let join = |r: Result<Step<Holder>, tokio::task::JoinError>| -> Step<Holder> {
+        r.map_err(|e| Failure::Fail(format!("waiting task: {e}")))?
+    };
+    let waiting = spawn_wait("a", ca.clone());
+    cx.until_waiting(&key, 1).await?;
+    b1.release().await?;
+    let a3 = join(
+        cx.within(cx.ttl(), "a's grant through the line", waiting)
+            .await?,
+    )?;
+    a3.write();
+    // a3 is left to expire; b's grant then comes from the expiry.
+    let waiting = spawn_wait("b", cb.clone());
+    let limit = cx.ttl() * 2 + cx.caps().expiry_slack + cx.timing().round_trip;
+    let b2 = join(
+        cx.within(limit, "b's grant after a's expiry", waiting)
+            .await?,
+    )?;
+    b2.write();
+    b2.release().await?;
+    let tokens = cx.safety().tokens();
+    let raw: Vec<String> = tokens
+        .iter()
+        .map(|t| t.map_or("none".into(), |t| t.to_string()))
+        .collect();
+    let raw = raw.join(", ");
+    let increasing = tokens
+        .windows(2)
+        .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
+    cx.check(Property::Fencing, increasing, || {
+        format!("tokens in grant order: {raw}")
+    })?;
+    cx.note(format!("tokens {raw}"));
+    Ok(())
 }
 
 /// Deletes `key`'s state on the servers out of band (skipping the case
@@ -90,77 +83,72 @@ async fn wipe(cx: &super::context::Cx, key: &tenure_core::ElectionKey) -> Step {
 /// (`holder_watches_own_record`), its lease ends within
 /// [`Timing::at_once_max`](crate::factory::Timing) of the wipe instead
 /// (the figure: the later of the two wipes).
-pub async fn token_increases_after_state_wiped(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta::shared("token_increases_after_state_wiped", "9");
-    run_case(factory, meta, |cx| async move {
-        if !cx.caps().fencing {
-            return Err(Failure::Skip("capabilities: fencing = false".into()));
-        }
-        if !cx.caps().tokens_survive_state_loss {
-            return Err(Failure::Skip(
-                "capabilities: tokens_survive_state_loss = false (documented by the backend)"
-                    .into(),
-            ));
-        }
-        let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
-        let key = cx.new_key();
-        let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
-        a.write();
-        let heard = listen(&a);
-        wipe(&cx, &key).await?;
-        let mut deletions = vec![noticed(&cx, &a, heard, Instant::now()).await?];
-        // Out of band: a is deposed (and perhaps told); only fencing covers
-        // its writes now.
-        a.crash();
-        let b = Holder::acquire(&cx, &cb, &key, "b").await?;
-        b.write();
-        a.write(); // stale: the store must refuse it
-        let lost = a.renew().await;
-        cx.check(
-            Property::Contract,
-            lost.as_ref().is_err_and(|e| e.is_lease_lost()),
-            || format!("the deposed holder's renewal gave {lost:?}, not LeaseLost"),
-        )?;
-        let heard = listen(&b);
-        wipe(&cx, &key).await?;
-        deletions.push(noticed(&cx, &b, heard, Instant::now()).await?);
-        b.crash();
-        let c = Holder::acquire(&cx, &cc, &key, "c").await?;
-        c.write();
-        b.write();
-        let tokens = cx.safety().tokens();
-        let raw: Vec<String> = tokens
+pub async fn token_increases_after_state_wiped(cx: Cx) -> Step {
+    if !cx.caps().fencing {
+        return Err(Failure::Skip("capabilities: fencing = false".into()));
+    }
+    if !cx.caps().tokens_survive_state_loss {
+        return Err(Failure::Skip(
+            "capabilities: tokens_survive_state_loss = false (documented by the backend)".into(),
+        ));
+    }
+    let (ca, cb, cc) = (cx.client().await?, cx.client().await?, cx.client().await?);
+    let key = cx.new_key();
+    let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
+    a.write();
+    let heard = listen(&a);
+    wipe(&cx, &key).await?;
+    let mut deletions = vec![noticed(&cx, &a, heard, Instant::now()).await?];
+    // Out of band: a is deposed (and perhaps told); only fencing covers
+    // its writes now.
+    a.crash();
+    let b = Holder::acquire(&cx, &cb, &key, "b").await?;
+    b.write();
+    a.write(); // stale: the store must refuse it
+    let lost = a.renew().await;
+    cx.check(
+        Property::Contract,
+        lost.as_ref().is_err_and(|e| e.is_lease_lost()),
+        || format!("the deposed holder's renewal gave {lost:?}, not LeaseLost"),
+    )?;
+    let heard = listen(&b);
+    wipe(&cx, &key).await?;
+    deletions.push(noticed(&cx, &b, heard, Instant::now()).await?);
+    b.crash();
+    let c = Holder::acquire(&cx, &cc, &key, "c").await?;
+    c.write();
+    b.write();
+    let tokens = cx.safety().tokens();
+    let raw: Vec<String> = tokens
+        .iter()
+        .map(|t| t.map_or("none".into(), |t| t.to_string()))
+        .collect();
+    let raw = raw.join(", ");
+    let increasing = tokens
+        .windows(2)
+        .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
+    cx.check(Property::Fencing, increasing, || {
+        format!("tokens in grant order across two wipes: {raw}")
+    })?;
+    cx.note(format!("tokens {raw}"));
+    let noticed: Vec<Duration> = deletions.into_iter().flatten().collect();
+    if let Some(worst) = noticed.iter().max() {
+        cx.figures(|f| f.deletion_noticed_ms = Some(millis(*worst)));
+        let each: Vec<String> = noticed
             .iter()
-            .map(|t| t.map_or("none".into(), |t| t.to_string()))
+            .map(|d| format!("{:.1}", millis(*d)))
             .collect();
-        let raw = raw.join(", ");
-        let increasing = tokens
-            .windows(2)
-            .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
-        cx.check(Property::Fencing, increasing, || {
-            format!("tokens in grant order across two wipes: {raw}")
-        })?;
-        cx.note(format!("tokens {raw}"));
-        let noticed: Vec<Duration> = deletions.into_iter().flatten().collect();
-        if let Some(worst) = noticed.iter().max() {
-            cx.figures(|f| f.deletion_noticed_ms = Some(millis(*worst)));
-            let each: Vec<String> = noticed
-                .iter()
-                .map(|d| format!("{:.1}", millis(*d)))
-                .collect();
-            cx.note(format!(
-                "the holder's lease ended {} ms after each wipe",
-                each.join(" and ")
-            ));
-        } else {
-            cx.note(
-                "holders learn of a wipe at their next renewal \
-                 (capabilities: holder_watches_own_record = false)",
-            );
-        }
-        c.release().await
-    })
-    .await
+        cx.note(format!(
+            "the holder's lease ended {} ms after each wipe",
+            each.join(" and ")
+        ));
+    } else {
+        cx.note(
+            "holders learn of a wipe at their next renewal \
+             (capabilities: holder_watches_own_record = false)",
+        );
+    }
+    c.release().await
 }
 
 /// When the holder's lease says it is gone (its backend's loss signal),

@@ -10,10 +10,9 @@ use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Context, Cx, Failure, Step};
-use super::runner::{run_case, Meta};
 use super::watcher::{elected, vacant, Watcher};
-use crate::factory::{BackendFactory, Link, LinkFault};
-use crate::report::{CaseReport, Property};
+use crate::factory::{Link, LinkFault};
+use crate::report::Property;
 
 /// How often the leader's connections are reset in the reset phase.
 const RESETS: u32 = 4;
@@ -32,89 +31,85 @@ const RESETS: u32 = 4;
 /// leader resigns it leads within a round trip.
 ///
 /// [`reconnect_backoff`]: BackendFactory::reconnect_backoff
-pub async fn transient_errors_are_not_a_lost_lease(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta::shared("transient_errors_are_not_a_lost_lease", "5, 7");
-    run_case(factory, meta, |cx| async move {
-        let (ca, cb) = (cx.client().await?, cx.client().await?);
-        let Some(link) = ca.link.clone() else {
-            return Err(Failure::Skip(
-                "the factory cannot reset or fail a client's link".into(),
-            ));
-        };
-        let key = cx.new_key();
-        let rt = cx.timing().round_trip;
-        let a_elector = elector(&cx, &ca, &key, "a")?;
-        let mut a = Leader::campaign(&cx, &a_elector, rt).await?;
-        a.write();
-        let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
-        cx.until_waiting(&key, 1).await?;
-
-        // Reset: the open connections go, new ones are let through.
-        let window = fault_window(&cx, &a).await?;
-        let started = Instant::now();
-        for i in 0..RESETS {
-            sleep_until_or_lost(&cx, &a, started + window * i / RESETS, "reset").await?;
-            link.set(LinkFault::Reset)
-                .await
-                .ctx("resetting a's connections")?;
-        }
-        sleep_until_or_lost(&cx, &a, started + window, "reset").await?;
-        link.set(LinkFault::Pass).await.ctx("a's link passes")?;
-        renewals_resume(&cx, &a, "its connections were reset").await?;
-
-        // Fail the calls: nothing reaches the server for a while, no longer
-        // than the client's reconnect back-off allows for.
-        let mut window = fault_window(&cx, &a).await?;
-        if let Some((most, why)) = cx.factory().reconnect_backoff() {
-            if window > most {
-                cx.note(format!("calls failed for {most:?}, not {window:?}: {why}"));
-                window = most;
-            }
-        }
-        let started = Instant::now();
-        link.set(LinkFault::FailCalls)
-            .await
-            .ctx("failing a's calls")?;
-        sleep_until_or_lost(&cx, &a, started + window, "failed calls").await?;
-        let health = a_elector.health();
-        link.set(LinkFault::Pass).await.ctx("a's link passes")?;
-        // Health shows the fault: no renewal succeeded meanwhile (its last
-        // one is as old as the fault), and a call that failed within it
-        // failed as a retryable error, not a lost lease. (A client that
-        // retries within its call may have none to show yet.)
-        let stale = health.since_last_renewal.is_some_and(|age| age >= window);
-        cx.check(Property::Contract, stale, || {
-            format!(
-                "every call of a's failed for {window:?}, but its elector's health shows a \
-                 renewal from then: {health:?}"
-            )
-        })?;
-        let failed = health
-            .last_error
-            .as_ref()
-            .filter(|(_, ago)| *ago <= started.elapsed());
-        match failed {
-            Some((error, _)) => cx.check(
-                Property::Contract,
-                error.is_retryable() && !error.is_lease_lost(),
-                || format!("a's failed calls show in its health as {error} (not retryable)"),
-            )?,
-            None => cx.note(
-                "no call of a's returned an error while its calls failed (its client retried \
-                 within the call)",
-            ),
-        }
-        renewals_resume(&cx, &a, "its calls failed").await?;
-        cx.note(format!(
-            "a kept its term through {RESETS} resets and {window:?} of failed calls"
+pub async fn transient_errors_are_not_a_lost_lease(cx: Cx) -> Step {
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let Some(link) = ca.link.clone() else {
+        return Err(Failure::Skip(
+            "the factory cannot reset or fail a client's link".into(),
         ));
+    };
+    let key = cx.new_key();
+    let rt = cx.timing().round_trip;
+    let a_elector = elector(&cx, &ca, &key, "a")?;
+    let mut a = Leader::campaign(&cx, &a_elector, rt).await?;
+    a.write();
+    let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
+    cx.until_waiting(&key, 1).await?;
 
-        a.resign().await?;
-        let mut b = standby.leads(&cx, rt).await?;
-        b.write();
-        b.resign().await
-    })
-    .await
+    // Reset: the open connections go, new ones are let through.
+    let window = fault_window(&cx, &a).await?;
+    let started = Instant::now();
+    for i in 0..RESETS {
+        sleep_until_or_lost(&cx, &a, started + window * i / RESETS, "reset").await?;
+        link.set(LinkFault::Reset)
+            .await
+            .ctx("resetting a's connections")?;
+    }
+    sleep_until_or_lost(&cx, &a, started + window, "reset").await?;
+    link.set(LinkFault::Pass).await.ctx("a's link passes")?;
+    renewals_resume(&cx, &a, "its connections were reset").await?;
+
+    // Fail the calls: nothing reaches the server for a while, no longer
+    // than the client's reconnect back-off allows for.
+    let mut window = fault_window(&cx, &a).await?;
+    if let Some((most, why)) = cx.factory().reconnect_backoff() {
+        if window > most {
+            cx.note(format!("calls failed for {most:?}, not {window:?}: {why}"));
+            window = most;
+        }
+    }
+    let started = Instant::now();
+    link.set(LinkFault::FailCalls)
+        .await
+        .ctx("failing a's calls")?;
+    sleep_until_or_lost(&cx, &a, started + window, "failed calls").await?;
+    let health = a_elector.health();
+    link.set(LinkFault::Pass).await.ctx("a's link passes")?;
+    // Health shows the fault: no renewal succeeded meanwhile (its last
+    // one is as old as the fault), and a call that failed within it
+    // failed as a retryable error, not a lost lease. (A client that
+    // retries within its call may have none to show yet.)
+    let stale = health.since_last_renewal.is_some_and(|age| age >= window);
+    cx.check(Property::Contract, stale, || {
+        format!(
+            "every call of a's failed for {window:?}, but its elector's health shows a \
+             renewal from then: {health:?}"
+        )
+    })?;
+    let failed = health
+        .last_error
+        .as_ref()
+        .filter(|(_, ago)| *ago <= started.elapsed());
+    match failed {
+        Some((error, _)) => cx.check(
+            Property::Contract,
+            error.is_retryable() && !error.is_lease_lost(),
+            || format!("a's failed calls show in its health as {error} (not retryable)"),
+        )?,
+        None => cx.note(
+            "no call of a's returned an error while its calls failed (its client retried \
+             within the call)",
+        ),
+    }
+    renewals_resume(&cx, &a, "its calls failed").await?;
+    cx.note(format!(
+        "a kept its term through {RESETS} resets and {window:?} of failed calls"
+    ));
+
+    a.resign().await?;
+    let mut b = standby.leads(&cx, rt).await?;
+    b.write();
+    b.resign().await
 }
 
 /// How long a fault may last: half of what is left of `a`'s validity, so
@@ -213,122 +208,118 @@ const DROP_POINTS: u32 = 8;
 /// factory says such a grant outlives its lost answer,
 /// [`BackendFactory::grant_outlives_lost_answer`]), and a must not believe
 /// it leads.
-pub async fn dropped_answer_leaves_no_ghost_grant(factory: Arc<dyn BackendFactory>) -> CaseReport {
+pub async fn dropped_answer_leaves_no_ghost_grant(cx: Cx) -> Step {
     // Timed: the standby must lead within a round trip of a giving up
     // (a read and a compare-and-swap to withdraw the grant, then the
     // standby's own take-over), and the case reports that failover.
     // Beside another lane's fault cases on two cores, Kubernetes on
     // three etcd nodes once took more than 250 ms for what takes
     // 32 to 68 ms alone.
-    let meta = Meta::machine("dropped_answer_leaves_no_ghost_grant", "2, 4");
-    run_case(factory, meta, |cx| async move {
-        let (cb, cc) = (cx.client().await?, cx.client().await?);
-        let rt = cx.timing().round_trip;
-        let hold = rt / 4;
-        let mut unanswered = None;
-        for point in 0..DROP_POINTS {
-            // A client of its own at each point: one whose answers were
-            // dropped at the last point may still be reconnecting (a
-            // ZooKeeper client gives its connection up only after a third
-            // of the session timeout of silence), which would push its next
-            // campaign past every later point.
-            let ca = cx.client().await?;
-            let Some(link) = ca.link.clone() else {
-                return Err(Failure::Skip(
-                    "the factory cannot drop a client's answers".into(),
-                ));
-            };
-            let drop_after = hold / 2 + hold * point;
-            let key = cx.new_key();
-            let mut watcher = Watcher::open(&cc, &key).await?;
-            watcher
-                .until(&cx, rt, "the vacant key", vacant, |_| false)
-                .await?;
-            let a = elector(&cx, &ca, &key, "a")?;
-            link.set(LinkFault::DelayAnswers(hold))
-                .await
-                .ctx("holding a's answers")?;
-            let mut campaign = tokio::spawn({
-                let a = a.clone();
-                async move { a.campaign().await }
-            });
-            if let Ok(finished) = tokio::time::timeout(drop_after, &mut campaign).await {
-                // Every answer came back before this drop point: so would
-                // they at every later one.
-                link.set(LinkFault::Pass).await.ctx("a's link passes")?;
-                let leadership = finished
-                    .map_err(|e| Failure::Fail(format!("a's campaign task: {e}")))?
-                    .ctx("a campaigns")?;
-                Leader::new(&cx, leadership).resign().await?;
+    let (cb, cc) = (cx.client().await?, cx.client().await?);
+    let rt = cx.timing().round_trip;
+    let hold = rt / 4;
+    let mut unanswered = None;
+    for point in 0..DROP_POINTS {
+        // A client of its own at each point: one whose answers were
+        // dropped at the last point may still be reconnecting (a
+        // ZooKeeper client gives its connection up only after a third
+        // of the session timeout of silence), which would push its next
+        // campaign past every later point.
+        let ca = cx.client().await?;
+        let Some(link) = ca.link.clone() else {
+            return Err(Failure::Skip(
+                "the factory cannot drop a client's answers".into(),
+            ));
+        };
+        let drop_after = hold / 2 + hold * point;
+        let key = cx.new_key();
+        let mut watcher = Watcher::open(&cc, &key).await?;
+        watcher
+            .until(&cx, rt, "the vacant key", vacant, |_| false)
+            .await?;
+        let a = elector(&cx, &ca, &key, "a")?;
+        link.set(LinkFault::DelayAnswers(hold))
+            .await
+            .ctx("holding a's answers")?;
+        let mut campaign = tokio::spawn({
+            let a = a.clone();
+            async move { a.campaign().await }
+        });
+        if let Ok(finished) = tokio::time::timeout(drop_after, &mut campaign).await {
+            // Every answer came back before this drop point: so would
+            // they at every later one.
+            link.set(LinkFault::Pass).await.ctx("a's link passes")?;
+            let leadership = finished
+                .map_err(|e| Failure::Fail(format!("a's campaign task: {e}")))?
+                .ctx("a campaigns")?;
+            Leader::new(&cx, leadership).resign().await?;
+            break;
+        }
+        link.set(LinkFault::DropAnswers)
+            .await
+            .ctx("dropping a's answers")?;
+        let granted = watcher
+            .until(
+                &cx,
+                rt,
+                "a's grant on the server",
+                elected(&cx, "a"),
+                |_| false,
+            )
+            .await;
+        match granted {
+            Ok(_) => {
+                let gave_up = give_up(&cx, &link, campaign, rt).await?;
+                unanswered = Some((key, a, gave_up, drop_after, ca));
                 break;
             }
-            link.set(LinkFault::DropAnswers)
-                .await
-                .ctx("dropping a's answers")?;
-            let granted = watcher
-                .until(
-                    &cx,
-                    rt,
-                    "a's grant on the server",
-                    elected(&cx, "a"),
-                    |_| false,
-                )
-                .await;
-            match granted {
-                Ok(_) => {
-                    let gave_up = give_up(&cx, &link, campaign, rt).await?;
-                    unanswered = Some((key, a, gave_up, drop_after, ca));
-                    break;
-                }
-                Err(Failure::Fail(_)) => {
-                    // The request that grants did not go out: an answer it
-                    // needed was lost. Try a later point, on a fresh key.
-                    campaign.abort();
-                    link.set(LinkFault::Pass).await.ctx("a's link passes")?;
-                }
-                Err(other) => return Err(other),
+            Err(Failure::Fail(_)) => {
+                // The request that grants did not go out: an answer it
+                // needed was lost. Try a later point, on a fresh key.
+                campaign.abort();
+                link.set(LinkFault::Pass).await.ctx("a's link passes")?;
             }
+            Err(other) => return Err(other),
         }
-        let Some((key, a, gave_up, drop_after, _ca)) = unanswered else {
-            return Err(Failure::Fail(format!(
-                "no drop point (every {hold:?} up to {:?}) lost the answer of a campaign the \
-                 server granted",
-                hold / 2 + hold * (DROP_POINTS - 1)
-            )));
-        };
-        cx.note(format!(
-            "a's answers dropped from {drop_after:?} into its campaign: granted, never answered"
-        ));
-        let bound = match ghost_excuse(&cx) {
-            Some(why) => {
-                cx.note(format!("a grant outlives its lost answer: {why}"));
-                cx.ttl() + cx.caps().expiry_slack + rt
-            }
-            None => rt,
-        };
-        let b = elector(&cx, &cb, &key, "b")?;
-        let mut b = match Standby::start(&cx, b).leads(&cx, bound).await {
-            Err(Failure::Fail(why)) => {
-                cx.check(Property::Contract, false, || {
-                    format!(
-                        "{why}, from when a gave up on a campaign whose answer was lost: a ghost \
-                         of the unanswered grant holds the key"
-                    )
-                })?;
-                unreachable!("a failed check ends the case")
-            }
-            other => other?,
-        };
-        let b_start = cx.safety().get(b.id).start;
-        cx.figures(|f| f.failover_ms = Some((b_start - gave_up).as_secs_f64() * 1000.0));
-        let health = a.health();
-        cx.check(Property::Contract, !health.is_leader, || {
-            format!("a gave up its campaign but believes it leads: {health:?}")
-        })?;
-        b.write();
-        b.resign().await
-    })
-    .await
+    }
+    let Some((key, a, gave_up, drop_after, _ca)) = unanswered else {
+        return Err(Failure::Fail(format!(
+            "no drop point (every {hold:?} up to {:?}) lost the answer of a campaign the \
+             server granted",
+            hold / 2 + hold * (DROP_POINTS - 1)
+        )));
+    };
+    cx.note(format!(
+        "a's answers dropped from {drop_after:?} into its campaign: granted, never answered"
+    ));
+    let bound = match ghost_excuse(&cx) {
+        Some(why) => {
+            cx.note(format!("a grant outlives its lost answer: {why}"));
+            cx.ttl() + cx.caps().expiry_slack + rt
+        }
+        None => rt,
+    };
+    let b = elector(&cx, &cb, &key, "b")?;
+    let mut b = match Standby::start(&cx, b).leads(&cx, bound).await {
+        Err(Failure::Fail(why)) => {
+            cx.check(Property::Contract, false, || {
+                format!(
+                    "{why}, from when a gave up on a campaign whose answer was lost: a ghost \
+                     of the unanswered grant holds the key"
+                )
+            })?;
+            unreachable!("a failed check ends the case")
+        }
+        other => other?,
+    };
+    let b_start = cx.safety().get(b.id).start;
+    cx.figures(|f| f.failover_ms = Some((b_start - gave_up).as_secs_f64() * 1000.0));
+    let health = a.health();
+    cx.check(Property::Contract, !health.is_leader, || {
+        format!("a gave up its campaign but believes it leads: {health:?}")
+    })?;
+    b.write();
+    b.resign().await
 }
 
 /// Gives a's campaign, granted on the server but not answered, a round

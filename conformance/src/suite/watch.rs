@@ -1,16 +1,13 @@
 //! Contract point 10: watch starts with the current state, then reports
 //! every change in order, vacancy included.
 
-use std::sync::Arc;
-
 use tenure_core::{LeaderEvent, LeaderInfo};
 
 use super::candidate::Holder;
 use super::context::{Cx, Step};
-use super::runner::{run_case, Meta};
 use super::watcher::{show, Watcher};
-use crate::factory::{BackendFactory, Client};
-use crate::report::{CaseReport, Property};
+use crate::factory::Client;
+use crate::report::Property;
 
 fn elected_as(h: &Holder) -> LeaderEvent {
     LeaderEvent::Elected(LeaderInfo {
@@ -69,59 +66,49 @@ async fn step(
 }
 
 /// A new watch reports the state at the time it is opened: vacant, held, vacant again.
-pub async fn watch_starts_with_current_state(factory: Arc<dyn BackendFactory>) -> CaseReport {
-    let meta = Meta::shared("watch_starts_with_current_state", "10");
-    run_case(factory, meta, |cx| async move {
-        let (ca, cb) = (cx.client().await?, cx.client().await?);
-        let key = cx.new_key();
-        first_event(&cx, &cb, &key, &LeaderEvent::Vacant, "on an unused key").await?;
-        let a = Holder::acquire(&cx, &ca, &key, "a").await?;
-        first_event(&cx, &cb, &key, &elected_as(&a), "while a holds the key").await?;
-        a.release().await?;
-        first_event(&cx, &cb, &key, &LeaderEvent::Vacant, "after a released").await
-    })
-    .await
+pub async fn watch_starts_with_current_state(cx: Cx) -> Step {
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let key = cx.new_key();
+    first_event(&cx, &cb, &key, &LeaderEvent::Vacant, "on an unused key").await?;
+    let a = Holder::acquire(&cx, &ca, &key, "a").await?;
+    first_event(&cx, &cb, &key, &elected_as(&a), "while a holds the key").await?;
+    a.release().await?;
+    first_event(&cx, &cb, &key, &LeaderEvent::Vacant, "after a released").await
 }
 
 /// One watch follows grant, release, a new holder, expiry and the same
 /// identity's new term, in that order and each promptly.
-pub async fn watch_reports_changes_in_order_and_vacancy(
-    factory: Arc<dyn BackendFactory>,
-) -> CaseReport {
-    let meta = Meta::shared("watch_reports_changes_in_order_and_vacancy", "10");
-    run_case(factory, meta, |cx| async move {
-        let (ca, cb, cw) = (cx.client().await?, cx.client().await?, cx.client().await?);
-        let key = cx.new_key();
-        let round_trip = cx.timing().round_trip;
-        let mut w = Watcher::open(&cw, &key).await?;
-        let mut now = LeaderEvent::Vacant;
-        macro_rules! expect {
-            ($next:expr, $limit:expr, $what:expr) => {
-                step(&cx, &mut w, &mut now, $next, $limit, $what)
-            };
-        }
-        expect!(LeaderEvent::Vacant, round_trip, "the initial vacancy").await?;
-        let a = Holder::acquire(&cx, &ca, &key, "a").await?;
-        expect!(elected_as(&a), round_trip, "a's election").await?;
-        a.release().await?;
-        expect!(LeaderEvent::Vacant, round_trip, "vacancy after a's release").await?;
-        let b = Holder::acquire(&cx, &cb, &key, "b").await?;
-        expect!(elected_as(&b), round_trip, "b's election").await?;
-        let limit = cx.ttl() + cx.caps().expiry_slack + round_trip * 2;
-        expect!(LeaderEvent::Vacant, limit, "vacancy after b's expiry").await?;
-        let a2 = Holder::acquire_after_expiry(&cx, &ca, &key, "a").await?;
-        expect!(elected_as(&a2), round_trip, "a's new term").await?;
-        drop(b);
-        a2.release().await?;
-        expect!(
-            LeaderEvent::Vacant,
-            round_trip,
-            "vacancy after a's second release"
-        )
-        .await?;
-        let seen: Vec<String> = w.seen.iter().map(|(e, _)| show(e)).collect();
-        cx.note(format!("events: {}", seen.join(" → ")));
-        Ok(())
-    })
-    .await
+pub async fn watch_reports_changes_in_order_and_vacancy(cx: Cx) -> Step {
+    let (ca, cb, cw) = (cx.client().await?, cx.client().await?, cx.client().await?);
+    let key = cx.new_key();
+    let round_trip = cx.timing().round_trip;
+    let mut w = Watcher::open(&cw, &key).await?;
+    let mut now = LeaderEvent::Vacant;
+    macro_rules! expect {
+        ($next:expr, $limit:expr, $what:expr) => {
+            step(&cx, &mut w, &mut now, $next, $limit, $what)
+        };
+    }
+    expect!(LeaderEvent::Vacant, round_trip, "the initial vacancy").await?;
+    let a = Holder::acquire(&cx, &ca, &key, "a").await?;
+    expect!(elected_as(&a), round_trip, "a's election").await?;
+    a.release().await?;
+    expect!(LeaderEvent::Vacant, round_trip, "vacancy after a's release").await?;
+    let b = Holder::acquire(&cx, &cb, &key, "b").await?;
+    expect!(elected_as(&b), round_trip, "b's election").await?;
+    let limit = cx.ttl() + cx.caps().expiry_slack + round_trip * 2;
+    expect!(LeaderEvent::Vacant, limit, "vacancy after b's expiry").await?;
+    let a2 = Holder::acquire_after_expiry(&cx, &ca, &key, "a").await?;
+    expect!(elected_as(&a2), round_trip, "a's new term").await?;
+    drop(b);
+    a2.release().await?;
+    expect!(
+        LeaderEvent::Vacant,
+        round_trip,
+        "vacancy after a's second release"
+    )
+    .await?;
+    let seen: Vec<String> = w.seen.iter().map(|(e, _)| show(e)).collect();
+    cx.note(format!("events: {}", seen.join(" → ")));
+    Ok(())
 }
