@@ -7,9 +7,10 @@ use tenure_core::{
 };
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::context::{Context, Cx, Step};
+use super::context::{Context, Cx, Failure, Step};
 use super::safety::{TermId, Write};
 use crate::factory::Client;
 use crate::report::Property;
@@ -23,6 +24,32 @@ pub struct Holder {
     pub lease: Lease,
     /// Its term in the safety recorder.
     pub term: TermId,
+}
+
+/// Candidate a leads `key` (campaigning within a round trip) and has
+/// written; candidate b waits in line behind it: each on its own client.
+pub(crate) async fn leader_and_standby(
+    cx: &Cx,
+    [ca, cb]: [&Client; 2],
+    key: &ElectionKey,
+) -> Step<(Leader, Standby)> {
+    let rt = cx.timing().round_trip;
+    let a = Leader::campaign(cx, &elector(cx, ca, key, "a")?, rt).await?;
+    a.write();
+    let standby = Standby::start(cx, elector(cx, cb, key, "b")?);
+    cx.until_waiting(key, 1).await?;
+    Ok((a, standby))
+}
+
+/// The lease an acquire on a vacant key must grant.
+pub(crate) fn granted_on_vacant(acquisition: Acquisition) -> Step<Lease> {
+    match acquisition {
+        Acquisition::Granted(lease) => Ok(lease),
+        Acquisition::Held(info) => Err(Failure::Fail(format!(
+            "a vacant key is held by {}",
+            info.identity
+        ))),
+    }
 }
 
 /// Checks what contract points 5 and 9 say of a fresh grant, and records it.
@@ -56,13 +83,7 @@ fn granted(
             format!("{name}'s grant carries no token")
         })?;
     }
-    let term = cx.safety().begin(
-        key.as_str(),
-        lease.holder().as_str(),
-        lease.token(),
-        now,
-        lease.valid_until(),
-    );
+    let term = cx.safety().begin_lease(&lease, now);
     let forwarded = client.link.as_ref().and_then(|l| l.last_request_at());
     if let Some(at) = grant_bound(cx, waited, forwarded, lease.sent_at()) {
         cx.safety().granted_after(term, at);
@@ -271,6 +292,26 @@ impl Holder {
                 Err(e) => return Err(e).ctx(format_args!("{} releases", self.identity())),
             }
         }
+    }
+
+    /// Renews every third of the TTL in a task of its own until a renewal
+    /// fails or the task is aborted (a crash: the lease and its client are
+    /// dropped, nothing released). Returns the term, the task, and the
+    /// count of renewals so far.
+    pub fn keep_renewing(self) -> (TermId, JoinHandle<()>, watch::Receiver<u32>) {
+        let (term, ttl) = (self.term, self.cx.ttl());
+        let (renewed, renewals) = watch::channel(0u32);
+        let task = tokio::spawn(async move {
+            let mut a = self;
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                if a.renew().await.is_err() {
+                    return;
+                }
+                renewed.send_modify(|n| *n += 1);
+            }
+        });
+        (term, task, renewals)
     }
 
     /// Writes to the fenced store with this lease's token.

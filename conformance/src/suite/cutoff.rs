@@ -7,12 +7,14 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Holder, Standby};
+use super::checks::{after_deadline, refused, three_or_more_nodes};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
-use super::safety::Write;
+use super::safety::TermId;
 use crate::factory::ServerFaults;
 use crate::report::Property;
 
@@ -45,17 +47,7 @@ pub async fn standby_sees_failover_when_its_node_is_cut_off(cx: Cx) -> Step {
 /// factory cannot fault server nodes, there are fewer than 3 of them, or
 /// they are independent (no peers to be cut off from).
 pub(super) async fn faultable(cx: &Cx) -> Step<&dyn ServerFaults> {
-    let Some(servers) = cx.factory().servers() else {
-        return Err(Failure::Skip(
-            "the factory cannot fault server nodes".into(),
-        ));
-    };
-    if servers.nodes() < 3 {
-        return Err(Failure::Skip(format!(
-            "needs 3 or more server nodes; the deployment has {}",
-            servers.nodes()
-        )));
-    }
+    let servers = three_or_more_nodes(cx, "fault")?;
     if let Err(tenure_core::Error::Unsupported { .. }) = servers.leader().await {
         return Err(Failure::Skip(
             "the servers are independent (no peers to be cut off from)".into(),
@@ -149,6 +141,65 @@ impl Fault {
     }
 }
 
+/// A holder crashed while one server node was faulted.
+pub(super) struct Crash {
+    node: usize,
+    /// The node that led the servers before the fault, where they say.
+    servers_leader: Option<usize>,
+    faulted: Instant,
+    crashed: Instant,
+}
+
+impl Crash {
+    /// Applies `fault` to `node`, then crashes the holder whose renewals
+    /// `renewer` runs ([`Holder::keep_renewing`]): its lease and client are
+    /// dropped, nothing released; its term `term` ends then.
+    pub(super) async fn during(
+        cx: &Cx,
+        servers: &dyn ServerFaults,
+        node: usize,
+        fault: Fault,
+        (term, renewer): (TermId, JoinHandle<()>),
+    ) -> Step<Crash> {
+        let servers_leader = servers.leader().await.ok().flatten();
+        let faulted = Instant::now();
+        fault.apply(servers, node).await?;
+        renewer.abort(); // drops a's lease and client, releasing nothing
+        let _ = renewer.await;
+        let crashed = Instant::now();
+        cx.safety().end(term, crashed);
+        Ok(Crash {
+            node,
+            servers_leader,
+            faulted,
+            crashed,
+        })
+    }
+
+    /// When the failover clock starts, and its bound. Where the faulted
+    /// node led the servers, the others elect a leader first, and a new
+    /// leader may refresh every lease by its election timeout (etcd), which
+    /// is no longer than the servers took to elect it: the clock starts at
+    /// their re-election and the bound grows by the time it took.
+    pub(super) async fn failover_clock(
+        &self,
+        cx: &Cx,
+        servers: &dyn ServerFaults,
+    ) -> Step<(Instant, Duration)> {
+        if self.servers_leader != Some(self.node) {
+            return Ok((self.crashed, cx.failover_bound()));
+        }
+        server_leader(servers, |i| i != self.node).await?;
+        let reelected = Instant::now();
+        Ok((reelected, cx.failover_bound() + (reelected - self.faulted)))
+    }
+
+    /// When the fault began.
+    pub(super) fn faulted(&self) -> Instant {
+        self.faulted
+    }
+}
+
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -172,21 +223,13 @@ async fn round(
             "the standby's client has no link to confine to one node".into(),
         ));
     };
-    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
+    let rt = cx.timing().round_trip;
     let key = cx.new_key();
     let a = Holder::acquire(cx, &ca, &key, "a").await?;
     drop(ca); // a's renewer task owns the only handle on its client
     a.write();
-    let (term, token, identity) = (a.term, a.lease.token(), a.identity().to_owned());
-    let renewer = tokio::spawn(async move {
-        let mut a = a;
-        loop {
-            sleep(ttl / 3).await;
-            if a.renew().await.is_err() {
-                return;
-            }
-        }
-    });
+    let (token, identity) = (a.lease.token(), a.identity().to_owned());
+    let (term, renewer, _) = a.keep_renewing();
     applied(
         link.confine_to(Some(node)).await,
         format_args!("confining the standby's client to node {node}"),
@@ -198,30 +241,14 @@ async fn round(
     link.confine_to(None)
         .await
         .ctx("letting the standby's client reach every node")?;
-    let servers_leader = servers.leader().await.ok().flatten();
-    let faulted = Instant::now();
-    fault.apply(servers, node).await?;
-    renewer.abort(); // drops a's lease and client, releasing nothing
-    let _ = renewer.await;
-    let crashed = Instant::now();
-    cx.safety().end(term, crashed);
+    let crash = Crash::during(cx, servers, node, fault, (term, renewer)).await?;
     let deadline = cx.safety().get(term).valid_until;
     let outcome = async {
-        // Where X led the servers, the others elect a leader first, and a
-        // new leader may refresh every lease by its election timeout
-        // (etcd), which is no longer than the servers took to elect it.
-        let (since, bound) = if servers_leader == Some(node) {
-            server_leader(servers, |i| i != node).await?;
-            let reelected = Instant::now();
-            (reelected, cx.failover_bound() + (reelected - faulted))
-        } else {
-            (crashed, cx.failover_bound())
-        };
+        let (since, bound) = crash.failover_clock(cx, servers).await?;
         // A node that serves on for a while after the cut hides the
         // failover until it lets its clients go.
-        let noticed = fault.noticed(cx);
-        let bound =
-            bound.max((faulted + noticed + Cx::FAILOVER_MARGIN).saturating_duration_since(since));
+        let noticed = crash.faulted() + fault.noticed(cx) + Cx::FAILOVER_MARGIN;
+        let bound = bound.max(noticed.saturating_duration_since(since));
         let b = standby.fails_over(cx, since, bound).await?;
         Ok::<_, Failure>((b, since, bound))
     }
@@ -232,21 +259,14 @@ async fn round(
     restored?;
     settled?;
     let b_start = cx.safety().get(b.id).start;
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!(
-            "b leads {:?} before the crashed a's valid_until",
-            deadline - b_start
-        )
-    })?;
+    after_deadline(cx, deadline, b_start, "b", "the crashed a's")?;
     let took = b_start.saturating_duration_since(since);
     cx.check(Property::Timing, took <= bound, || {
         format!("b led {took:?} after the crash (or the servers' re-election), bound {bound:?}")
     })?;
     b.write();
     let zombie = cx.store().write(term, &identity, token);
-    cx.check(Property::Fencing, zombie == Write::Refused, || {
-        "the crashed leader's late write was accepted".into()
-    })?;
+    refused(cx, zombie, "the crashed leader's late write")?;
     b.resign().await?;
     Ok((took, bound))
 }

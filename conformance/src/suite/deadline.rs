@@ -1,10 +1,12 @@
 //! Contract point 5, with answers that come back late: the deadline counts
 //! from when the request left, never from when its answer arrived.
 
-use tenure_core::{AcquireMode, Acquisition, Lease};
+use tenure_core::{AcquireMode, Lease};
 use tokio::time::Instant;
 
+use super::candidate::granted_on_vacant;
 use super::candidate::{elector, Leader};
+use super::checks::link_to;
 use super::context::{Context, Cx, Failure, Step};
 use crate::factory::{Link, LinkFault, TtlStart};
 use crate::report::Property;
@@ -65,11 +67,7 @@ fn counted_from_send(
 /// (a third of the TTL) was as close.
 pub async fn deadline_counts_from_send_under_delayed_answers(cx: Cx) -> Step {
     let client = cx.client().await?;
-    let Some(link) = client.link.clone() else {
-        return Err(Failure::Skip(
-            "the factory cannot delay a client's link".into(),
-        ));
-    };
+    let link = link_to(&client, "delay")?;
     let hold = cx.ttl() / 8;
     let key = cx.new_key();
     let candidacy = cx.candidacy(&key, "a");
@@ -89,22 +87,8 @@ pub async fn deadline_counts_from_send_under_delayed_answers(cx: Cx) -> Step {
     let returned = Instant::now();
     let forwarded = ttl_request(&cx, link.as_ref(), began);
     link.set(LinkFault::Pass).await.ctx("restoring a's link")?;
-    let lease = match granted.ctx("a acquires with its answers held back")? {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(info) => {
-            return Err(Failure::Fail(format!(
-                "a vacant key is held by {}",
-                info.identity
-            )))
-        }
-    };
-    let term = cx.safety().begin(
-        key.as_str(),
-        lease.holder().as_str(),
-        lease.token(),
-        returned,
-        lease.valid_until(),
-    );
+    let lease = granted_on_vacant(granted.ctx("a acquires with its answers held back")?)?;
+    let term = cx.safety().begin_lease(&lease, returned);
     let Some(forwarded) = forwarded else {
         cx.safety().end(term, Instant::now());
         let _ = client.backend.release(&lease).await;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Standby};
+use super::checks::link_to;
 use super::context::{Context, Cx, Failure, Step};
 use crate::factory::LinkFault;
 use crate::report::Property;
@@ -23,11 +24,7 @@ const DROP_POINTS: u32 = 8;
 /// wait behind its own ghost).
 pub async fn dropped_acquire_leaves_nothing(cx: Cx) -> Step {
     let (ca, cb) = (cx.client().await?, cx.client().await?);
-    let Some(link) = ca.link.clone() else {
-        return Err(Failure::Skip(
-            "the factory cannot delay a client's link".into(),
-        ));
-    };
+    let link = link_to(&ca, "delay")?;
     let round_trip = cx.timing().round_trip;
     let hold = round_trip / 4;
     let key = cx.new_key();

@@ -4,17 +4,14 @@
 use std::time::Duration;
 
 use tenure_core::LossReason;
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 
-use super::candidate::{elector, Holder, Leader, Running, Standby};
+use super::candidate::{elector, leader_and_standby, Holder, Leader, Running, Standby};
+use super::checks::{after_deadline, failover_within, refused, told_by_deadline};
 use super::context::{Context, Cx, Failure, Step};
-use super::safety::Write;
+use super::safety::TermId;
 use crate::factory::LinkFault;
 use crate::report::Property;
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 /// `resign` hands leadership to a campaigning standby at once, and the
 /// resigned term is over (and its `lost()` resolved) before the release is
@@ -27,11 +24,8 @@ fn millis(d: Duration) -> f64 {
 /// [`Timing::at_once`](crate::Timing::at_once), each one within
 /// [`Timing::at_once_max`](crate::Timing::at_once_max).
 pub async fn resign_hands_over_at_once(cx: Cx) -> Step {
-    let (ca, cb) = (cx.client().await?, cx.client().await?);
-    let key = cx.new_key();
-    cx.measure_round_trip(&cb).await?;
+    let ([ca, cb], key, electors) = super::handover::two_electors(&cx).await?;
     let rt = cx.timing().round_trip;
-    let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
     let mut leader = Leader::campaign(&cx, &electors[0], rt).await?;
     let mut samples = Vec::with_capacity(Cx::AT_ONCE_SAMPLES);
     // Round 0 warms the path up and is not timed; nor is the last, in
@@ -77,17 +71,20 @@ pub async fn resign_hands_over_at_once(cx: Cx) -> Step {
     cx.at_once(&samples, "hand-over after resign")
 }
 
-/// Waits up to `limit` for `a`'s term to end: a leader that goes on
-/// believing it leads after a fault that stops its renewals breaks the
-/// contract (points 5 and 6), whatever its backend said to its renewals.
-pub(crate) async fn steps_down(
-    cx: &Cx,
-    a: &Leader,
-    limit: Duration,
-    after: &str,
-) -> Step<(Instant, LossReason)> {
+/// Waits up to `limit` for `a`'s term to end, by its own deadline (the
+/// loss reason `Expired`, told within a round trip of `valid_until`); returns
+/// when it was told. A leader that goes on believing it leads after a fault
+/// that stops its renewals breaks the contract (points 5 and 6), whatever
+/// its backend said to its renewals.
+pub(crate) async fn steps_down(cx: &Cx, a: &Leader, limit: Duration, after: &str) -> Step<Instant> {
     match tokio::time::timeout(limit, a.lost()).await {
-        Ok(lost) => Ok(lost),
+        Ok((lost_at, reason)) => {
+            cx.check(Property::Contract, reason == LossReason::Expired, || {
+                format!("{after}, a's term ended as {reason:?}")
+            })?;
+            told_by_deadline(cx, lost_at, a.term.valid_until())?;
+            Ok(lost_at)
+        }
         Err(_) => {
             let left = a
                 .term
@@ -103,6 +100,26 @@ pub(crate) async fn steps_down(
     }
 }
 
+/// The standby `b` leads within [`Cx::failover_bound`] of `died`, when the
+/// leader whose term is `term` died (crashed, killed), and never before the
+/// dead leader's last `valid_until`; returns it, once it wrote.
+pub(crate) async fn takes_over(
+    cx: &Cx,
+    standby: Standby,
+    term: TermId,
+    died: Instant,
+    whose: &str,
+) -> Step<Leader> {
+    let deadline = cx.safety().get(term).valid_until;
+    let bound = cx.failover_bound();
+    let b = standby.fails_over(cx, died, bound).await?;
+    let b_start = cx.safety().get(b.id).start;
+    after_deadline(cx, deadline, b_start, "b", whose)?;
+    failover_within(cx, b_start - died, bound)?;
+    b.write();
+    Ok(b)
+}
+
 /// A leader that stops renewing without releasing (a crash) is replaced by
 /// a campaigning standby within [`Cx::failover_bound`] (the TTL, the
 /// backend's slack up to 1 s, and 250 ms), never before the crashed leader's
@@ -113,19 +130,9 @@ pub async fn crashed_leader_taken_over_after_ttl(cx: Cx) -> Step {
     let a = Holder::acquire(&cx, &ca, &key, "a").await?;
     drop(ca); // a's renewer task owns the only handle on its client
     a.write();
-    let (term, token, identity) = (a.term, a.lease.token(), a.identity().to_owned());
+    let (token, identity) = (a.lease.token(), a.identity().to_owned());
     let ttl = cx.ttl();
-    let (renewed, mut renewals) = tokio::sync::watch::channel(0u32);
-    let renewer = tokio::spawn(async move {
-        let mut a = a;
-        loop {
-            sleep(ttl / 3).await;
-            if a.renew().await.is_err() {
-                return;
-            }
-            renewed.send_modify(|n| *n += 1);
-        }
-    });
+    let (term, renewer, mut renewals) = a.keep_renewing();
     let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
     cx.until_waiting(&key, 1).await?;
     // a crashes once it renewed with b waiting (its deadline then counts
@@ -139,26 +146,9 @@ pub async fn crashed_leader_taken_over_after_ttl(cx: Cx) -> Step {
     renewer.abort(); // drops a's lease and client, releasing nothing
     let _ = renewer.await; // a renewal in flight is over
     cx.safety().end(term, crashed);
-    let deadline = cx.safety().get(term).valid_until;
-    let bound = cx.failover_bound();
-    let mut b = standby.fails_over(&cx, crashed, bound).await?;
-    let b_start = cx.safety().get(b.id).start;
-    let failover = b_start - crashed;
-    cx.figures(|f| f.failover_ms = Some(millis(failover)));
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!(
-            "b leads {:?} before the crashed a's valid_until",
-            deadline - b_start
-        )
-    })?;
-    cx.check(Property::Timing, failover <= bound, || {
-        format!("failover took {failover:?}, bound {bound:?}")
-    })?;
-    b.write();
+    let mut b = takes_over(&cx, standby, term, crashed, "the crashed a's").await?;
     let zombie = cx.store().write(term, &identity, token);
-    cx.check(Property::Fencing, zombie == Write::Refused, || {
-        "the crashed leader's late write was accepted".into()
-    })?;
+    refused(&cx, zombie, "the crashed leader's late write")?;
     b.resign().await
 }
 
@@ -175,41 +165,25 @@ pub async fn partitioned_leader_steps_down_before_anyone_else_leads(cx: Cx) -> S
     };
     let key = cx.new_key();
     let rt = cx.timing().round_trip;
-    let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, rt).await?;
-    a.write();
-    let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
-    cx.until_waiting(&key, 1).await?;
+    let (a, standby) = leader_and_standby(&cx, [&ca, &cb], &key).await?;
     let cut = Instant::now();
     link.set(LinkFault::Blackhole).await.ctx("cutting a off")?;
-    let (lost_at, reason) = steps_down(&cx, &a, cx.ttl() + rt, "cut off").await?;
+    let lost_at = steps_down(&cx, &a, cx.ttl() + rt, "cut off").await?;
     let deadline = a.term.valid_until();
-    cx.check(Property::Contract, reason == LossReason::Expired, || {
-        format!("cut off, a's term ended as {reason:?}")
-    })?;
-    cx.check(Property::Timing, lost_at <= deadline + rt, || {
-        format!("lost() fired {:?} after valid_until", lost_at - deadline)
-    })?;
     let bound = cx.failover_bound();
     let mut b = standby.fails_over(&cx, cut, bound).await?;
     let b_start = cx.safety().get(b.id).start;
-    cx.figures(|f| f.failover_ms = Some(millis(b_start - cut)));
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!("b leads {:?} before a's valid_until", deadline - b_start)
-    })?;
+    after_deadline(&cx, deadline, b_start, "b", "a's")?;
     cx.check(Property::Timing, lost_at < b_start, || {
         format!(
             "a's lost() fired {:?} after b began leading",
             lost_at - b_start
         )
     })?;
-    cx.check(Property::Timing, b_start - cut <= bound, || {
-        format!("failover took {:?}, bound {bound:?}", b_start - cut)
-    })?;
+    failover_within(&cx, b_start - cut, bound)?;
     b.write();
     let stale = a.write();
-    cx.check(Property::Fencing, stale == Write::Refused, || {
-        "the cut-off leader's write was accepted".into()
-    })?;
+    refused(&cx, stale, "the cut-off leader's write")?;
     // Healed, a's late renewal or release must not touch b's grant.
     let healed = Instant::now();
     link.set(LinkFault::Pass).await.ctx("healing a's link")?;

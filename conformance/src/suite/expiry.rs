@@ -9,6 +9,8 @@ use std::time::Duration;
 use tenure_core::{AcquireMode, Acquisition, ElectionKey, Lease};
 use tokio::time::Instant;
 
+use super::candidate::granted_on_vacant;
+use super::checks::link_to;
 use super::context::{Context, Cx, Failure, Step};
 use crate::factory::{Client, Link, LinkFault};
 use crate::report::Property;
@@ -78,20 +80,12 @@ async fn take_when_free(
 /// last request the holder's link forwarded cannot see.
 pub async fn deadline_ends_before_the_servers_expiry(cx: Cx) -> Step {
     let cb = cx.client().await?;
-    let Some(lb) = cb.link.clone() else {
-        return Err(Failure::Skip(
-            "the factory cannot delay or cut off a client's link".into(),
-        ));
-    };
+    let lb = link_to(&cb, "delay or cut off")?;
     let hold = cx.ttl() / 4;
     for round in [Held::Grant, Held::Renewal] {
         // A fresh client each round: a cut-off session may not come back.
         let ca = cx.client().await?;
-        let Some(la) = ca.link.clone() else {
-            return Err(Failure::Skip(
-                "the factory cannot delay or cut off a client's link".into(),
-            ));
-        };
+        let la = link_to(&ca, "delay or cut off")?;
         let key = cx.new_key();
         let candidacy = cx.candidacy(&key, "a");
         let delayed = |on: bool| {
@@ -114,22 +108,8 @@ pub async fn deadline_ends_before_the_servers_expiry(cx: Cx) -> Step {
             delayed(false).await?;
         }
         let returned = Instant::now();
-        let mut lease = match granted.ctx("a acquires")? {
-            Acquisition::Granted(lease) => lease,
-            Acquisition::Held(info) => {
-                return Err(Failure::Fail(format!(
-                    "a vacant key is held by {}",
-                    info.identity
-                )))
-            }
-        };
-        let term = cx.safety().begin(
-            key.as_str(),
-            lease.holder().as_str(),
-            lease.token(),
-            returned,
-            lease.valid_until(),
-        );
+        let mut lease = granted_on_vacant(granted.ctx("a acquires")?)?;
+        let term = cx.safety().begin_lease(&lease, returned);
         if let Held::Renewal = round {
             delayed(true).await?;
             let renewed = ca.backend.renew(&lease).await;
@@ -145,13 +125,7 @@ pub async fn deadline_ends_before_the_servers_expiry(cx: Cx) -> Step {
             + cx.caps().expiry_slack
             + cx.timing().round_trip * 4;
         let (b, granted_after) = take_when_free(&cx, &cb, &lb, &key, limit).await?;
-        let b_term = cx.safety().begin(
-            key.as_str(),
-            b.holder().as_str(),
-            b.token(),
-            Instant::now(),
-            b.valid_until(),
-        );
+        let b_term = cx.safety().begin_lease(&b, Instant::now());
         let what = match round {
             Held::Grant => "grant",
             Held::Renewal => "last renewal",

@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
+use tenure_core::{ElectionKey, Elector};
 use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Standby};
 use super::context::{Cx, Step};
+use crate::factory::Client;
 
 /// How many graceful hand-overs the case times.
 pub const HANDOVERS: usize = 40;
@@ -31,6 +33,16 @@ pub const WARMUP_TIME: Duration = Duration::from_secs(10);
 /// How long a standby has queued when its leader resigns.
 pub const SETTLE: Duration = Duration::from_millis(10);
 
+/// The hand-over cases' set-up: electors a and b for one new key, each on
+/// a client of its own, with the round trip measured on b's.
+pub(super) async fn two_electors(cx: &Cx) -> Step<([Client; 2], ElectionKey, [Elector; 2])> {
+    let (ca, cb) = (cx.client().await?, cx.client().await?);
+    let key = cx.new_key();
+    cx.measure_round_trip(&cb).await?;
+    let electors = [elector(cx, &ca, &key, "a")?, elector(cx, &cb, &key, "b")?];
+    Ok(([ca, cb], key, electors))
+}
+
 /// Two candidates hand the lease back and forth [`WARMUP`] times untimed
 /// (or for `WARMUP_TIME`, 10 s, if that ends first), then [`HANDOVERS`] times
 /// timed, by resigning; each timed hand-over is measured from the resign
@@ -45,11 +57,8 @@ pub const SETTLE: Duration = Duration::from_millis(10);
 /// a few round trips) is no part of the hand-over. The hand-over right after
 /// queueing is what `resign_hands_over_at_once` checks.
 pub async fn handover_p50_over_repeated_resignations(cx: Cx) -> Step {
-    let (ca, cb) = (cx.client().await?, cx.client().await?);
-    let key = cx.new_key();
-    cx.measure_round_trip(&cb).await?;
+    let (_, key, electors) = two_electors(&cx).await?;
     let rt = cx.timing().round_trip;
-    let electors = [elector(&cx, &ca, &key, "a")?, elector(&cx, &cb, &key, "b")?];
     let mut leader = Leader::campaign(&cx, &electors[0], cx.ttl() + rt).await?;
     let mut samples = Vec::with_capacity(HANDOVERS);
     let warm_until = Instant::now() + WARMUP_TIME;

@@ -39,22 +39,20 @@ struct Before {
     reading: u64,
 }
 
+/// A counter's reading, where the factory keeps the counter.
+fn counter(read: Option<tenure_core::Result<u64>>, which: &str) -> Step<Option<u64>> {
+    read.transpose()
+        .ctx(format_args!("reading the {which} counter"))
+}
+
 /// Server writes now, where the factory can count them.
 async fn writes(cx: &Cx) -> Step<Option<u64>> {
-    cx.factory()
-        .server_writes()
-        .await
-        .transpose()
-        .ctx("reading the write counter")
+    counter(cx.factory().server_writes().await, "write")
 }
 
 /// Server requests now, where the factory can count them.
 async fn requests(cx: &Cx) -> Step<Option<u64>> {
-    cx.factory()
-        .server_requests()
-        .await
-        .transpose()
-        .ctx("reading the request counter")
+    counter(cx.factory().server_requests().await, "request")
 }
 
 /// Reads the counters; the request counter last, twice, so that nothing

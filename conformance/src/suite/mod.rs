@@ -3,6 +3,7 @@
 
 pub mod acquire;
 mod candidate;
+mod checks;
 pub mod contention;
 mod context;
 pub mod cutoff;

@@ -5,7 +5,7 @@ use tenure_core::{ElectionKey, LeaderEvent};
 
 use super::candidate::Holder;
 use super::context::{Cx, Failure, Step};
-use super::watcher::{elected, show, vacant, Watcher};
+use super::watcher::{elected, vacant, Watcher};
 use crate::factory::Client;
 use crate::report::Property;
 
@@ -36,13 +36,11 @@ async fn independent(
     let round_trip = cx.timing().round_trip;
     let held = Holder::acquire(cx, ca, outer, holder).await?;
     let mut watcher = Watcher::open(cc, inner).await?;
-    let (first, _) = watcher.next(cx, round_trip).await?;
-    cx.check(Property::Contract, vacant(&first), || {
-        format!(
-            "with {outer} held, a new watch of {inner} began with {}",
-            show(&first)
-        )
-    })?;
+    watcher
+        .next_is(cx, round_trip, vacant, || {
+            format!("with {outer} held, a new watch of {inner} began with")
+        })
+        .await?;
     let once = Holder::try_acquire(cx, cb, inner, other).await?;
     let b = match once {
         Ok(b) => b,
@@ -152,21 +150,19 @@ async fn parent_release_leaves_child_alone(
     kept.release().await?;
     let taken = Holder::acquire(cx, ca, child, "g").await?;
     let next = Holder::acquire(cx, cb, parent, "h").await?;
-    let (event, _) = watcher.next(cx, round_trip).await?;
-    cx.check(Property::Contract, elected(cx, "h")(&event), || {
-        format!(
-            "{child} was released and taken by g, then {parent} taken by h: {parent}'s watch reported {} first",
-            show(&event)
-        )
-    })?;
+    watcher
+        .next_is(cx, round_trip, elected(cx, "h"), || {
+            format!("{child} was released and taken by g, then {parent} taken by h: {parent}'s watch reported first")
+        })
+        .await?;
     next.release().await?;
-    let (event, _) = watcher.next(cx, round_trip).await?;
-    cx.check(Property::Contract, vacant(&event), || {
-        format!(
-            "{parent} was released by h while g holds {child}: {parent}'s watch reported {} next",
-            show(&event)
-        )
-    })?;
+    watcher
+        .next_is(cx, round_trip, vacant, || {
+            format!(
+                "{parent} was released by h while g holds {child}: {parent}'s watch reported next"
+            )
+        })
+        .await?;
     taken.release().await
 }
 

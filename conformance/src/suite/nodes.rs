@@ -5,9 +5,9 @@ use tenure_core::LossReason;
 use tokio::time::{sleep_until, Instant};
 
 use super::candidate::{elector, Leader, Standby};
-use super::context::{Cx, Failure, Step};
+use super::checks::{after_deadline, refused, three_or_more_nodes, told_by_deadline};
+use super::context::{Cx, Step};
 use super::faults::{applied, millis, restore, server_leader};
-use super::safety::Write;
 use crate::factory::ServerFaults;
 use crate::report::Property;
 
@@ -20,15 +20,7 @@ use crate::report::Property;
 /// every lease by its election timeout, as etcd's does). Never two leaders;
 /// the old leader's write is refused; killed nodes are started again.
 pub async fn server_node_killed_leader_survives_or_fails_over(cx: Cx) -> Step {
-    let Some(servers) = cx.factory().servers() else {
-        return Err(Failure::Skip("the factory cannot kill server nodes".into()));
-    };
-    if servers.nodes() < 3 {
-        return Err(Failure::Skip(format!(
-            "needs 3 or more server nodes; the deployment has {}",
-            servers.nodes()
-        )));
-    }
+    let servers = three_or_more_nodes(&cx, "kill")?;
     let mut down = Vec::new();
     let result = kill_nodes(&cx, servers, &mut down).await;
     let restored = restore(servers, &down).await;
@@ -105,17 +97,13 @@ async fn kill_nodes(cx: &Cx, servers: &dyn ServerFaults, down: &mut Vec<usize>) 
         !matches!(reason, LossReason::Resigned | LossReason::Shutdown),
         || format!("a's term ended as {reason:?}, a voluntary end"),
     )?;
-    cx.check(Property::Timing, lost_at <= deadline + rt, || {
-        format!("lost() fired {:?} after valid_until", lost_at - deadline)
-    })?;
+    told_by_deadline(cx, lost_at, deadline)?;
     // A new raft leader refreshes every lease by its election timeout
     // (etcd), which is no longer than the servers took to elect it.
     let bound = cx.failover_bound() + (reelected - killed);
     let b = standby.fails_over(cx, reelected, bound).await?;
     let b_start = cx.safety().get(b.id).start;
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!("b leads {:?} before a's valid_until", deadline - b_start)
-    })?;
+    after_deadline(cx, deadline, b_start, "b", "a's")?;
     cx.check(
         Property::Timing,
         b_start.saturating_duration_since(reelected) <= bound,
@@ -173,8 +161,6 @@ pub(super) async fn hand_over(cx: &Cx, mut a: Leader, standby: Standby) -> Step 
 pub(super) async fn finish(cx: &Cx, a: Leader, mut b: Leader) -> Step {
     b.write();
     let stale = a.write();
-    cx.check(Property::Fencing, stale == Write::Refused, || {
-        "the old leader's write was accepted".into()
-    })?;
+    refused(cx, stale, "the old leader's write")?;
     b.resign().await
 }

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 
 use super::candidate::{elector, Holder, Standby};
 use super::context::{Context, Cx, Failure, Step};
-use super::cutoff::{each_node, faultable, Fault};
-use super::faults::{applied, server_leader};
+use super::cutoff::{each_node, faultable, Crash, Fault};
+use super::faults::applied;
 use super::watcher::{elected, show, vacant, Watcher};
 use crate::factory::ServerFaults;
 use crate::report::Property;
@@ -68,20 +68,10 @@ async fn round(
             "the observer's client has no link to confine to one node".into(),
         ));
     };
-    let ttl = cx.ttl();
     let key = cx.new_key();
     let a = Holder::acquire(cx, &ca, &key, "a").await?;
     drop(ca); // a's renewer task owns the only handle on its client
-    let term = a.term;
-    let renewer = tokio::spawn(async move {
-        let mut a = a;
-        loop {
-            sleep(ttl / 3).await;
-            if a.renew().await.is_err() {
-                return;
-            }
-        }
-    });
+    let (term, renewer, _) = a.keep_renewing();
     applied(
         link.confine_to(Some(node)).await,
         format_args!("confining the observer's client to node {node}"),
@@ -106,28 +96,14 @@ async fn round(
     let standby = Standby::start(cx, elector(cx, &cb, &key, "b")?);
     drop(cb);
     cx.until_waiting(&key, 1).await?;
-    let servers_leader = servers.leader().await.ok().flatten();
-    let faulted = Instant::now();
-    fault.apply(servers, node).await?;
-    renewer.abort(); // drops a's lease and client, releasing nothing
-    let _ = renewer.await;
-    let crashed = Instant::now();
-    cx.safety().end(term, crashed);
+    let crash = Crash::during(cx, servers, node, fault, (term, renewer)).await?;
     let outcome = async {
-        // As in the standby's case: where X led the servers, the others
-        // elect a leader first, and may refresh every lease on election.
-        let (since, bound) = if servers_leader == Some(node) {
-            server_leader(servers, |i| i != node).await?;
-            let reelected = Instant::now();
-            (reelected, cx.failover_bound() + (reelected - faulted))
-        } else {
-            (crashed, cx.failover_bound())
-        };
+        let (since, bound) = crash.failover_clock(cx, servers).await?;
         let b = standby.fails_over(cx, since, bound).await?;
         let granted = cx.safety().get(b.id).start;
         // A node that serves on for a while after the cut hides the
         // failover from its clients until it lets them go.
-        let from = granted.max(faulted + fault.noticed(cx));
+        let from = granted.max(crash.faulted() + fault.noticed(cx));
         let limit = observed_within(cx);
         let left = (from + limit).saturating_duration_since(Instant::now());
         let seen = watcher

@@ -6,6 +6,7 @@
 use tokio::time::{sleep_until, Instant};
 
 use super::candidate::{elector, Leader, Standby};
+use super::checks::{after_deadline, three_or_more_nodes};
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
 use super::nodes::{finish, hand_over, still_leads};
@@ -42,17 +43,7 @@ pub async fn servers_leader_paused_longer_than_ttl(cx: Cx) -> Step {
 }
 
 async fn paused_node(cx: Cx, which: Paused) -> Step {
-    let Some(servers) = cx.factory().servers() else {
-        return Err(Failure::Skip(
-            "the factory cannot pause server nodes".into(),
-        ));
-    };
-    if servers.nodes() < 3 {
-        return Err(Failure::Skip(format!(
-            "needs 3 or more server nodes; the deployment has {}",
-            servers.nodes()
-        )));
-    }
+    let servers = three_or_more_nodes(&cx, "pause")?;
     let leader = servers.leader().await.ok().flatten();
     // A's client on a node other than the servers' leader where one can
     // be had (pausing the leader is the other case): a client that uses
@@ -209,9 +200,7 @@ async fn after_pause(
     let limit = ttl * 2 + cx.failover_bound();
     let b = standby.leads(cx, limit).await?;
     let b_start = cx.safety().get(b.id).start;
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!("b leads {:?} before a's valid_until", deadline - b_start)
-    })?;
+    after_deadline(cx, deadline, b_start, "b", "a's")?;
     cx.figures(|f| f.failover_ms = Some(millis(b_start - paused)));
     cx.note(format!(
         "a stepped down ({reason:?}) {:.0} ms after the pause began; b led {:.0} ms after it began, {:.0} ms after the servers settled",

@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use tenure_core::FencingToken;
 use tokio::time::Instant;
 
 use super::candidate::{elector, Standby};
+use super::checks::{after_deadline, failover_within, refused};
 use super::context::{Cx, Failure, Step};
 use super::safety::{TermId, Write};
 use crate::process::clock::from_ns;
@@ -16,11 +18,26 @@ fn io(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
     move |e| Failure::Fail(format!("{what}: {e}"))
 }
 
+/// The term of candidate process `a`, as the suite records it.
+#[derive(Clone, Copy)]
+struct ProcessTerm {
+    id: TermId,
+    token: Option<FencingToken>,
+}
+
+impl ProcessTerm {
+    /// A write to the fenced store in `a`'s name, under this term.
+    fn write(&self, cx: &Cx) -> Write {
+        cx.store()
+            .write(self.id, cx.identity("a").as_str(), self.token)
+    }
+}
+
 /// Starts candidate process `a` and lets it lead; returns it with its term.
 async fn leading_process(
     cx: &Cx,
     key: &tenure_core::ElectionKey,
-) -> Step<(CandidateProcess, TermId, Option<u64>)> {
+) -> Step<(CandidateProcess, ProcessTerm)> {
     let Some(command) = cx.factory().candidate() else {
         return Err(Failure::Skip(
             "the factory starts no candidate processes".into(),
@@ -51,19 +68,17 @@ async fn leading_process(
             },
             _,
         )) => {
-            let term = cx.safety().begin(
+            let token = token.map(FencingToken::new);
+            let id = cx.safety().begin(
                 key.as_str(),
                 identity.as_str(),
-                token.map(tenure_core::FencingToken::new),
+                token,
                 from_ns(at_ns),
                 from_ns(valid_until_ns),
             );
-            cx.store().write(
-                term,
-                identity.as_str(),
-                token.map(tenure_core::FencingToken::new),
-            );
-            Ok((a, term, token))
+            let term = ProcessTerm { id, token };
+            term.write(cx);
+            Ok((a, term))
         }
         other => Err(Failure::Fail(format!(
             "the candidate process did not lead: {other:?}"
@@ -76,7 +91,7 @@ async fn leading_process(
 /// reports the loss, is no longer valid, and its write is refused.
 pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
     let key = cx.new_key();
-    let (mut a, term, token) = leading_process(&cx, &key).await?;
+    let (mut a, term) = leading_process(&cx, &key).await?;
     let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
     cx.until_waiting(&key, 1).await?;
     let paused = Instant::now();
@@ -85,7 +100,6 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
     let mut b = standby.fails_over(&cx, paused, bound).await?;
     let b_start = cx.safety().get(b.id).start;
     let failover = b_start - paused;
-    cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
     b.write();
     a.resume().map_err(io("SIGCONT"))?;
     match a.next_event(Duration::from_secs(2)).await {
@@ -97,8 +111,8 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
             },
             _,
         )) => {
-            cx.safety().extend(term, from_ns(valid_until_ns));
-            cx.safety().end(term, from_ns(at_ns));
+            cx.safety().extend(term.id, from_ns(valid_until_ns));
+            cx.safety().end(term.id, from_ns(at_ns));
             cx.check(
                 Property::Contract,
                 !matches!(reason.as_str(), "Resigned" | "Shutdown"),
@@ -109,13 +123,8 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
             format!("resumed, the candidate reported {other:?}, not its loss")
         })?,
     }
-    let deadline = cx.safety().get(term).valid_until;
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!(
-            "b leads {:?} before the frozen a's valid_until",
-            deadline - b_start
-        )
-    })?;
+    let deadline = cx.safety().get(term.id).valid_until;
+    after_deadline(&cx, deadline, b_start, "b", "the frozen a's")?;
     let status = a
         .request(Command::Write, Duration::from_secs(2))
         .await
@@ -124,17 +133,8 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
     cx.check(Property::Contract, !status.valid, || {
         "resumed after the TTL, the candidate still claims validity".into()
     })?;
-    let zombie = cx.store().write(
-        term,
-        cx.identity("a").as_str(),
-        token.map(tenure_core::FencingToken::new),
-    );
-    cx.check(Property::Fencing, zombie == Write::Refused, || {
-        "the resumed candidate's write was accepted".into()
-    })?;
-    cx.check(Property::Timing, failover <= bound, || {
-        format!("failover took {failover:?}, bound {bound:?}")
-    })?;
+    refused(&cx, term.write(&cx), "the resumed candidate's write")?;
+    failover_within(&cx, failover, bound)?;
     b.resign().await
 }
 
@@ -144,7 +144,7 @@ pub async fn paused_candidate_loses_and_its_write_is_refused(cx: Cx) -> Step {
 /// `valid_until`; its token is refused after.
 pub async fn killed_candidate_taken_over_within_ttl_plus_1s(cx: Cx) -> Step {
     let key = cx.new_key();
-    let (mut a, term, token) = leading_process(&cx, &key).await?;
+    let (mut a, term) = leading_process(&cx, &key).await?;
     let standby = Standby::start(&cx, elector(&cx, &cx.client().await?, &key, "b")?);
     cx.until_waiting(&key, 1).await?;
     let status = a
@@ -153,35 +153,18 @@ pub async fn killed_candidate_taken_over_within_ttl_plus_1s(cx: Cx) -> Step {
         .map_err(io("status"))?
         .map_err(Failure::Fail)?;
     if let Some(ns) = status.valid_until_ns {
-        cx.safety().extend(term, from_ns(ns));
+        cx.safety().extend(term.id, from_ns(ns));
     }
     let killed = Instant::now();
     a.kill().await.map_err(io("SIGKILL"))?;
-    cx.safety().end(term, killed);
-    // The last deadline a told of: renewals after it only move it later.
-    let deadline = cx.safety().get(term).valid_until;
-    let bound = cx.failover_bound();
-    let mut b = standby.fails_over(&cx, killed, bound).await?;
-    let b_start = cx.safety().get(b.id).start;
-    let failover = b_start - killed;
-    cx.figures(|f| f.failover_ms = Some(failover.as_secs_f64() * 1000.0));
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!(
-            "b leads {:?} before the killed a's valid_until",
-            deadline - b_start
-        )
-    })?;
-    cx.check(Property::Timing, failover <= bound, || {
-        format!("failover took {failover:?}, bound {bound:?}")
-    })?;
-    b.write();
-    let zombie = cx.store().write(
-        term,
-        cx.identity("a").as_str(),
-        token.map(tenure_core::FencingToken::new),
-    );
-    cx.check(Property::Fencing, zombie == Write::Refused, || {
-        "the killed leader's token was accepted after the new leader's".into()
-    })?;
+    cx.safety().end(term.id, killed);
+    // Not before the last deadline a told of: renewals after it only move it later.
+    let mut b = super::elector::takes_over(&cx, standby, term.id, killed, "the killed a's").await?;
+    let zombie = term.write(&cx);
+    refused(
+        &cx,
+        zombie,
+        "the killed leader's token, after the new leader's,",
+    )?;
     b.resign().await
 }

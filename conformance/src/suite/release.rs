@@ -3,8 +3,9 @@
 use tokio::time::Instant;
 
 use super::candidate::Holder;
+use super::checks::link_to;
 use super::context::{Context, Cx, Failure, Step};
-use super::watcher::{elected, show, vacant, Watcher};
+use super::watcher::{show, Watcher};
 use crate::factory::{Client, LinkFault};
 use crate::report::Property;
 
@@ -75,11 +76,7 @@ pub async fn release_lets_waiting_standby_lead_at_once(cx: Cx) -> Step {
 /// following release from freeing the key at once (kubernetes#131867).
 pub async fn release_after_cancelled_renew_frees_at_once(cx: Cx) -> Step {
     let (ca, cb) = (cx.client().await?, cx.client().await?);
-    let Some(link) = ca.link.clone() else {
-        return Err(Failure::Skip(
-            "the factory cannot delay a client's link".into(),
-        ));
-    };
+    let link = link_to(&ca, "delay")?;
     let key = cx.new_key();
     let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
     let waiting = standby(&cx, &cb, &key, "b").await?;
@@ -113,14 +110,7 @@ pub async fn stale_release_leaves_new_holder_in_place(cx: Cx) -> Step {
     let opened = Instant::now();
     let mut watcher = Watcher::open(&cc, &key).await?;
     let a = Holder::acquire(&cx, &ca, &key, "a").await?;
-    let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
-    // The watch may begin with the vacancy before a's grant: see a lead first.
-    watcher
-        .until(&cx, limit, "a's election", elected(&cx, "a"), vacant)
-        .await?;
-    watcher
-        .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
-        .await?;
+    watcher.until_expired(&cx, "a").await?;
     let mut b = Holder::acquire_after_expiry(&cx, &cb, &key, "b")
         .await
         .map_err(|failure| match failure {

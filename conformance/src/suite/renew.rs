@@ -4,6 +4,7 @@
 use tokio::time::{sleep_until, Instant};
 
 use super::candidate::Holder;
+use super::checks::lease_lost;
 use super::context::{Cx, Step};
 use super::watcher::{elected, vacant, Watcher};
 use crate::report::Property;
@@ -63,27 +64,12 @@ pub async fn renew_after_expiry_is_lease_lost(cx: Cx) -> Step {
     let key = cx.new_key();
     let mut watcher = Watcher::open(&cb, &key).await?;
     let mut a = Holder::acquire(&cx, &ca, &key, "a").await?;
-    let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
-    // The watch may begin with the vacancy before a's grant: see a lead first.
-    watcher
-        .until(&cx, limit, "a's election", elected(&cx, "a"), vacant)
-        .await?;
-    watcher
-        .until(&cx, limit, "a's expiry", vacant, elected(&cx, "a"))
-        .await?;
+    watcher.until_expired(&cx, "a").await?;
     let lapsed = a.renew().await;
-    cx.check(
-        Property::Contract,
-        lapsed.as_ref().is_err_and(|e| e.is_lease_lost()),
-        || format!("renewing an expired lease gave {lapsed:?}"),
-    )?;
+    lease_lost(&cx, &lapsed, "renewing an expired lease")?;
     let b = Holder::acquire(&cx, &cb, &key, "b").await?;
     let taken = a.renew().await;
-    cx.check(
-        Property::Contract,
-        taken.as_ref().is_err_and(|e| e.is_lease_lost()),
-        || format!("renewing a lease now granted to b gave {taken:?}"),
-    )?;
+    lease_lost(&cx, &taken, "renewing a lease now granted to b")?;
     b.release().await
 }
 

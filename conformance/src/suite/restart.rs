@@ -5,9 +5,9 @@ use tenure_core::FencingToken;
 use tokio::time::Instant;
 
 use super::candidate::Holder;
+use super::checks::refused;
 use super::context::{Cx, Failure, Step};
 use super::faults::{applied, millis};
-use super::safety::Write;
 use crate::report::Property;
 
 fn shown(token: Option<FencingToken>) -> String {
@@ -67,9 +67,7 @@ pub async fn cluster_restart_tokens_keep_increasing(cx: Cx) -> Step {
         },
     )?;
     let stale = a.write();
-    cx.check(Property::Fencing, stale == Write::Refused, || {
-        "the pre-restart holder's write was accepted".into()
-    })?;
+    refused(&cx, stale, "the pre-restart holder's write")?;
     drop(a);
     b.release().await
 }

@@ -151,6 +151,17 @@ impl SafetyRecorder {
         t.granted_after = at.min(t.start);
     }
 
+    /// A raw lease, as granted, learnt of at `start`.
+    pub fn begin_lease(&self, lease: &tenure_core::Lease, start: Instant) -> TermId {
+        self.begin(
+            lease.key().as_str(),
+            lease.holder().as_str(),
+            lease.token(),
+            start,
+            lease.valid_until(),
+        )
+    }
+
     /// An Elector's term, whose deadline its renewer moves and whose own
     /// [`Term::is_valid`] the witness at later grants of the key reads.
     pub fn begin_term(&self, term: &Term, start: Instant) -> TermId {

@@ -1,11 +1,10 @@
 //! Faults of the servers themselves.
 
-use tenure_core::LossReason;
 use tokio::time::{sleep_until, Instant};
 
-use super::candidate::{elector, Leader, Running, Standby};
+use super::candidate::{elector, Running, Standby};
+use super::checks::{after_deadline, refused};
 use super::context::{Context, Cx, Failure, Step};
-use super::safety::Write;
 use crate::report::Property;
 
 /// With every server node paused for longer than the TTL, the leader steps
@@ -22,10 +21,7 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(cx: Cx) -> Step {
     let (ca, cb) = (cx.client().await?, cx.client().await?);
     let key = cx.new_key();
     let rt = cx.timing().round_trip;
-    let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, rt).await?;
-    a.write();
-    let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
-    cx.until_waiting(&key, 1).await?;
+    let (a, standby) = super::candidate::leader_and_standby(&cx, [&ca, &cb], &key).await?;
     // Beside it, on a key of its own, a leader whose work runs in `run`.
     let (cc, cd) = (cx.client().await?, cx.client().await?);
     let key2 = cx.new_key();
@@ -41,15 +37,8 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(cx: Cx) -> Step {
             .await
             .ctx(format_args!("pausing node {node}"))?;
     }
-    let (lost_at, reason) =
-        super::elector::steps_down(&cx, &a, cx.ttl() + rt, "with every server node paused").await?;
+    super::elector::steps_down(&cx, &a, cx.ttl() + rt, "with every server node paused").await?;
     let deadline = a.term.valid_until();
-    cx.check(Property::Contract, reason == LossReason::Expired, || {
-        format!("a's term ended as {reason:?}")
-    })?;
-    cx.check(Property::Timing, lost_at <= deadline + rt, || {
-        format!("lost() fired {:?} after valid_until", lost_at - deadline)
-    })?;
     // r's run cancels its work once r's term ends; then r stops, so that
     // its run does not campaign again, ahead of s, once the servers resume.
     running.until_cancelled(&cx, &r_term, rt).await?;
@@ -89,9 +78,7 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(cx: Cx) -> Step {
     let mut b = standby.fails_over(&cx, recovered, bound).await?;
     let b_start = cx.safety().get(b.id).start;
     cx.figures(|f| f.failover_ms = Some((b_start - paused).as_secs_f64() * 1000.0));
-    cx.check(Property::Exclusive, deadline < b_start, || {
-        format!("b leads {:?} before a's valid_until", deadline - b_start)
-    })?;
+    after_deadline(&cx, deadline, b_start, "b", "a's")?;
     cx.check(
         Property::Timing,
         b_start.saturating_duration_since(recovered) <= bound,
@@ -104,9 +91,7 @@ pub async fn servers_paused_longer_than_ttl_leader_steps_down(cx: Cx) -> Step {
     )?;
     b.write();
     let stale = a.write();
-    cx.check(Property::Fencing, stale == Write::Refused, || {
-        "the old leader's write was accepted".into()
-    })?;
+    refused(&cx, stale, "the old leader's write")?;
     // `run` cancelled r's work by its term's deadline, before s's grant.
     let mut s = r_standby.fails_over(&cx, recovered, bound).await?;
     running.cancelled_in_time(&cx, &r_term, s.id, rt)?;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Leader, Standby};
+use super::checks::refused;
 use super::context::{Context, Cx, Failure, Step};
 use super::faults::{applied, millis, server_leader};
-use super::safety::Write;
 use crate::factory::{Client, Link, LinkFault, ServerFaults};
 use crate::report::Property;
 
@@ -206,9 +206,7 @@ async fn judge(
     ));
     b.write();
     let stale = a.write();
-    cx.check(Property::Fencing, stale == Write::Refused, || {
-        "the shrunk leader's write was accepted".into()
-    })?;
+    refused(cx, stale, "the shrunk leader's write")?;
     b.resign().await
 }
 

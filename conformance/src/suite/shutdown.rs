@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tenure_core::Elector;
 use tokio::time::Instant;
 
 use super::candidate::{elector, Leader, Running, Standby};
@@ -18,15 +19,21 @@ async fn exit(client: &Client) -> Step {
         .ctx("cutting the exited process off")
 }
 
-/// Holds back the answers to `client` for half a round trip (requests
-/// still pass at once), so that a standby is granted while the answer to
-/// the release is on its way: the Elector must have ended the term before
-/// it sent the release, not once the backend confirmed it.
-async fn answers_held(cx: &Cx, client: &Client) -> Step {
+/// Shuts down the leader `elector` on `client`, then its process "exits";
+/// returns when shutdown returned. The answers to `client` are held back
+/// for half a round trip meanwhile (requests still pass at once), so that a
+/// standby is granted while the answer to the release is on its way: the
+/// Elector must have ended the term before it sent the release, not once
+/// the backend confirmed it.
+async fn shut_down_leader(cx: &Cx, elector: &Elector, client: &Client) -> Step<Instant> {
     let link = client.link.as_ref().expect("checked by the case");
     link.set(LinkFault::DelayAnswers(cx.timing().round_trip / 2))
         .await
-        .ctx("holding the releaser's answers")
+        .ctx("holding the releaser's answers")?;
+    elector.shutdown().await;
+    let returned = Instant::now();
+    exit(client).await?;
+    Ok(returned)
 }
 
 /// The standby must lead within one round trip of `since`.
@@ -74,10 +81,7 @@ pub async fn shutdown_releases_before_returning(cx: Cx) -> Step {
     cx.until_waiting(&key, 1).await?;
     // a's release answer is held back: b is granted while it is on its
     // way, and a must have ended its term before sending the release.
-    answers_held(&cx, &ca).await?;
-    a.shutdown().await;
-    let returned = Instant::now();
-    exit(&ca).await?;
+    let returned = shut_down_leader(&cx, &a, &ca).await?;
     cx.check(Property::Contract, !a_leads.term.is_valid(), || {
         "a still believes it leads after shutdown returned".into()
     })?;
@@ -98,10 +102,7 @@ pub async fn shutdown_releases_before_returning(cx: Cx) -> Step {
     };
     let d = Standby::start(&cx, elector(&cx, &cd, &key, "d")?);
     cx.until_waiting(&key, 1).await?;
-    answers_held(&cx, &cc).await?;
-    c.shutdown().await;
-    let returned = Instant::now();
-    exit(&cc).await?;
+    let returned = shut_down_leader(&cx, &c, &cc).await?;
     // Shutdown waits for `run` to return; its task ends right after (a
     // task wake-up: 20 ms, or two round trips of the machine as it is).
     let limit = cx.allowing_for_load(Duration::from_millis(20), 2);

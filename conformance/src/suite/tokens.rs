@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::candidate::Holder;
+use super::checks::{lease_lost, tokens_increase};
 use super::context::{Cx, Failure, Step};
 use super::faults::millis;
 use crate::report::Property;
@@ -48,19 +49,7 @@ pub async fn tokens_strictly_increase(cx: Cx) -> Step {
     )?;
     b2.write();
     b2.release().await?;
-    let tokens = cx.safety().tokens();
-    let raw: Vec<String> = tokens
-        .iter()
-        .map(|t| t.map_or("none".into(), |t| t.to_string()))
-        .collect();
-    let raw = raw.join(", ");
-    let increasing = tokens
-        .windows(2)
-        .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
-    cx.check(Property::Fencing, increasing, || {
-        format!("tokens in grant order: {raw}")
-    })?;
-    cx.note(format!("tokens {raw}"));
+    tokens_increase(&cx, "")?;
     Ok(())
 }
 
@@ -106,11 +95,7 @@ pub async fn token_increases_after_state_wiped(cx: Cx) -> Step {
     b.write();
     a.write(); // stale: the store must refuse it
     let lost = a.renew().await;
-    cx.check(
-        Property::Contract,
-        lost.as_ref().is_err_and(|e| e.is_lease_lost()),
-        || format!("the deposed holder's renewal gave {lost:?}, not LeaseLost"),
-    )?;
+    lease_lost(&cx, &lost, "the deposed holder's renewal")?;
     let heard = listen(&b);
     wipe(&cx, &key).await?;
     deletions.push(noticed(&cx, &b, heard, Instant::now()).await?);
@@ -118,19 +103,7 @@ pub async fn token_increases_after_state_wiped(cx: Cx) -> Step {
     let c = Holder::acquire(&cx, &cc, &key, "c").await?;
     c.write();
     b.write();
-    let tokens = cx.safety().tokens();
-    let raw: Vec<String> = tokens
-        .iter()
-        .map(|t| t.map_or("none".into(), |t| t.to_string()))
-        .collect();
-    let raw = raw.join(", ");
-    let increasing = tokens
-        .windows(2)
-        .all(|w| matches!((w[0], w[1]), (Some(x), Some(y)) if x < y));
-    cx.check(Property::Fencing, increasing, || {
-        format!("tokens in grant order across two wipes: {raw}")
-    })?;
-    cx.note(format!("tokens {raw}"));
+    tokens_increase(&cx, " across two wipes")?;
     let noticed: Vec<Duration> = deletions.into_iter().flatten().collect();
     if let Some(worst) = noticed.iter().max() {
         cx.figures(|f| f.deletion_noticed_ms = Some(millis(*worst)));

@@ -9,6 +9,7 @@ use futures::FutureExt;
 use tokio::time::{sleep, Instant};
 
 use super::candidate::{elector, Leader, Standby};
+use super::checks::link_to;
 use super::context::{Context, Cx, Failure, Step};
 use super::watcher::{elected, vacant, Watcher};
 use crate::factory::{Link, LinkFault};
@@ -33,11 +34,7 @@ const RESETS: u32 = 4;
 /// [`reconnect_backoff`]: BackendFactory::reconnect_backoff
 pub async fn transient_errors_are_not_a_lost_lease(cx: Cx) -> Step {
     let (ca, cb) = (cx.client().await?, cx.client().await?);
-    let Some(link) = ca.link.clone() else {
-        return Err(Failure::Skip(
-            "the factory cannot reset or fail a client's link".into(),
-        ));
-    };
+    let link = link_to(&ca, "reset or fail")?;
     let key = cx.new_key();
     let rt = cx.timing().round_trip;
     let a_elector = elector(&cx, &ca, &key, "a")?;

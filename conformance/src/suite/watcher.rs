@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::context::{Context, Cx, Failure, Step};
 use crate::factory::Client;
+use crate::report::Property;
 
 /// Observes one key through one client's `watch`, or an Elector's `observe`.
 pub struct Watcher {
@@ -90,6 +91,35 @@ impl Watcher {
             .ctx("watch event")?;
         self.seen.push((event.clone(), at));
         Ok(Some((event, at)))
+    }
+
+    /// The next event comes within `limit` and satisfies `want`; where not,
+    /// the failure says what came before it (`after`, for example "with k
+    /// held, a new watch of k/b began with") and the event.
+    pub async fn next_is(
+        &mut self,
+        cx: &Cx,
+        limit: Duration,
+        want: impl Fn(&LeaderEvent) -> bool,
+        after: impl FnOnce() -> String,
+    ) -> Step {
+        let (event, _) = self.next(cx, limit).await?;
+        cx.check(Property::Contract, want(&event), || {
+            format!("{} {}", after(), show(&event))
+        })
+    }
+
+    /// Sees `name` lead, then its lease expire, within the TTL, the
+    /// backend's slack and two round trips each; returns when the expiry
+    /// was seen. The watch may begin with the vacancy before the grant: it
+    /// sees the lead first.
+    pub async fn until_expired(&mut self, cx: &Cx, name: &str) -> Step<Instant> {
+        let limit = cx.ttl() + cx.caps().expiry_slack + cx.timing().round_trip * 2;
+        let (election, expiry) = (format!("{name}'s election"), format!("{name}'s expiry"));
+        self.until(cx, limit, &election, elected(cx, name), vacant)
+            .await?;
+        self.until(cx, limit, &expiry, vacant, elected(cx, name))
+            .await
     }
 
     /// Skips events until one satisfies `want`; the skipped ones must satisfy `may_skip`.
