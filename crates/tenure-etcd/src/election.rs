@@ -12,7 +12,7 @@ use etcd_client::{
 };
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result, MAX_IDENTITY_LEN};
 
-use crate::error::{map, unary, BACKEND};
+use crate::error::{map, BACKEND};
 use crate::Settings;
 
 /// The key prefix shared by an election's candidates (ends with `/`).
@@ -114,17 +114,7 @@ async fn walk(
         if let Some(revision) = revision {
             options = options.with_revision(revision);
         }
-        let mut answer = unary(
-            client,
-            "get",
-            settings.request_timeout,
-            settings.route,
-            || {
-                let (mut kv, options) = (client.kv_client(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            },
-        )
-        .await?;
+        let mut answer = settings.get(client, prefix, Some(options)).await?;
         let read_at = *revision.get_or_insert(answer.header().map_or(0, |h| h.revision()));
         let more = answer.more();
         let mut fresh = 0;
@@ -241,17 +231,7 @@ pub(crate) async fn create_key(
             Some(etcd_client::PutOptions::new().with_lease(lease_id)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let answer = unary(
-        client,
-        "txn",
-        settings.request_timeout,
-        settings.route,
-        || {
-            let (mut kv, txn) = (client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        },
-    )
-    .await?;
+    let answer = settings.txn(client, &txn).await?;
     if answer.succeeded() {
         return Ok(answer.header().map_or(0, |h| h.revision()));
     }
@@ -276,17 +256,7 @@ pub(crate) async fn still_ours(
     create_revision: i64,
     settings: &Settings,
 ) -> Result<bool> {
-    let answer = unary(
-        client,
-        "get",
-        settings.request_timeout,
-        settings.route,
-        || {
-            let mut kv = client.kv_client();
-            async move { kv.get(key, None).await }
-        },
-    )
-    .await?;
+    let answer = settings.get(client, key, None).await?;
     Ok(answer
         .kvs()
         .first()
@@ -307,17 +277,7 @@ pub(crate) async fn delete_if_ours(
             create_revision,
         )])
         .and_then([TxnOp::delete(key, None)]);
-    unary(
-        client,
-        "txn",
-        settings.request_timeout,
-        settings.route,
-        || {
-            let (mut kv, txn) = (client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        },
-    )
-    .await?;
+    settings.txn(client, &txn).await?;
     Ok(())
 }
 
@@ -356,17 +316,7 @@ pub(crate) async fn deleted(
         }
         if answer.created() && !looked {
             looked = true;
-            let now = unary(
-                client,
-                "get",
-                settings.request_timeout,
-                settings.route,
-                || {
-                    let mut kv = client.kv_client();
-                    async move { kv.get(key, None).await }
-                },
-            )
-            .await?;
+            let now = settings.get(client, key, None).await?;
             if !now
                 .kvs()
                 .iter()

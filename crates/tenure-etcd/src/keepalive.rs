@@ -6,7 +6,7 @@ use std::time::Duration;
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
-use crate::error::{map, unary, Route, BACKEND};
+use crate::error::{map, Route, BACKEND};
 use crate::members::Members;
 use crate::Settings;
 use tenure_core::{Error, Result};
@@ -76,21 +76,16 @@ impl KeepAlive {
             // Opening the stream sends a keep-alive and reads its answer
             // (etcd-client refuses a lease that is gone): that is this call's
             // renewal.
-            None => unary(
-                client,
-                "keep-alive",
-                settings.request_timeout,
-                settings.route,
-                || {
+            None => settings
+                .unary(client, "keep-alive", || {
                     let mut leases = client.lease_client();
                     async move { leases.keep_alive(lease_id).await }
-                },
-            )
-            .await
-            .map(|(keeper, stream)| {
-                self.stream = Some((member, keeper, stream));
-                Some(true)
-            }),
+                })
+                .await
+                .map(|(keeper, stream)| {
+                    self.stream = Some((member, keeper, stream));
+                    Some(true)
+                }),
             Some((_, keeper, stream)) => {
                 // Messages on an open stream carry no token: nothing to refresh.
                 let in_flight = &mut self.in_flight;
@@ -253,21 +248,15 @@ pub(crate) async fn renew(
 
 /// Revokes a lease (deleting every key attached to it), ignoring "not found".
 pub(crate) async fn revoke(client: &Client, lease_id: i64, settings: &Settings) -> Result<()> {
-    let revoked = unary(
-        client,
-        "revoke",
-        settings.request_timeout,
-        settings.route,
-        || {
-            let mut leases = client.lease_client();
-            async move {
-                match leases.revoke(lease_id).await {
-                    Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
-                    Err(e) => Err(e),
-                    Ok(_) => Ok(()),
-                }
+    let revoked = settings.unary(client, "revoke", || {
+        let mut leases = client.lease_client();
+        async move {
+            match leases.revoke(lease_id).await {
+                Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
+                Err(e) => Err(e),
+                Ok(_) => Ok(()),
             }
-        },
-    );
+        }
+    });
     revoked.await
 }

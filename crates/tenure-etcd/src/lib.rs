@@ -119,6 +119,49 @@ impl Settings {
             route: self.route,
         }
     }
+
+    /// One unary request under these settings' timeout and route
+    /// ([`unary`]).
+    pub(crate) async fn unary<T, F, Fut>(
+        &self,
+        client: &Client,
+        operation: &'static str,
+        request: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        unary(client, operation, self.request_timeout, self.route, request).await
+    }
+
+    /// Reads `key` (a prefix, a revision, ... as `options` say).
+    pub(crate) async fn get(
+        &self,
+        client: &Client,
+        key: impl AsRef<[u8]>,
+        options: Option<etcd_client::GetOptions>,
+    ) -> Result<etcd_client::GetResponse> {
+        let key = key.as_ref();
+        self.unary(client, "get", || {
+            let (mut kv, options) = (client.kv_client(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+    }
+
+    /// Runs one transaction.
+    pub(crate) async fn txn(
+        &self,
+        client: &Client,
+        txn: &etcd_client::Txn,
+    ) -> Result<etcd_client::TxnResponse> {
+        self.unary(client, "txn", || {
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
 }
 
 /// Leader election on etcd, as etcd's own `concurrency.Election` does it.
@@ -285,17 +328,12 @@ impl EtcdBackend {
         }
         let ttl_secs = candidacy.ttl().as_secs() as i64;
         let sent_at = Instant::now();
-        let grant = unary(
-            client,
-            "lease grant",
-            settings.request_timeout,
-            settings.route,
-            || {
+        let grant = settings
+            .unary(client, "lease grant", || {
                 let mut leases = client.lease_client();
                 async move { leases.grant(ttl_secs, None).await }
-            },
-        )
-        .await?;
+            })
+            .await?;
         let lease_id = grant.id();
         // From here on, leaving (error, or the future dropped) revokes the lease and so our key.
         let guard = CleanupOnDrop::arm(

@@ -116,17 +116,7 @@ async fn look(
     create_revision: i64,
     settings: &Settings,
 ) -> tenure_core::Result<Looked> {
-    let now = crate::error::unary(
-        client,
-        "get",
-        settings.request_timeout,
-        settings.route,
-        || {
-            let mut kv = client.kv_client();
-            async move { kv.get(key, None).await }
-        },
-    )
-    .await?;
+    let now = settings.get(client, key, None).await?;
     let ours = now
         .kvs()
         .iter()
