@@ -81,6 +81,19 @@ impl Figure {
         f
     }
 
+    /// A crash-failover row from stop-to-lead times: each less the `ttl`
+    /// the standby had to wait out, which the row records.
+    pub fn failover(server: &str, system: &str, samples: &[Duration], ttl: Duration) -> Figure {
+        let mut f = Figure::new(Measure::Failover, server, system);
+        let less_ttl: Vec<f64> = samples
+            .iter()
+            .map(|d| (d.as_secs_f64() - ttl.as_secs_f64()) * 1000.0)
+            .collect();
+        f.set_ms(&less_ttl);
+        f.ttl_ms = Some(ttl.as_secs_f64() * 1000.0);
+        f
+    }
+
     /// Fills in p50 and p99 from `samples` (nearest rank).
     pub fn set_latency(&mut self, samples: &[Duration]) {
         let ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();

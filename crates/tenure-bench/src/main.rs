@@ -17,6 +17,7 @@
 //   deploy.rs          the servers per backend, their clients and counters
 //   run.rs             every deployment: tenure and its peers, then the report
 //   tenure_measures.rs tenure's in-process measures
+//   sampling.rs        fresh keys, warm-up and timing loops every measure shares
 //   process.rs         candidates in processes (crash failover, hand-over)
 //   bin/tenure-bench-candidate.rs   the bench's own candidate process,
 //                      driven over the conformance process protocol
@@ -36,6 +37,7 @@ mod plan;
 mod process;
 mod report;
 mod run;
+mod sampling;
 mod scale;
 mod tenure_measures;
 

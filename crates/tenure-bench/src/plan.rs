@@ -35,48 +35,26 @@ pub const HERD_TTL: Duration = Duration::from_secs(30);
 pub const SCALE_TTL: Duration = tenure::DEFAULT_TTL;
 
 impl Plan {
-    /// The full run, or the quick one.
+    /// The full run, or the quick one: 1-node servers only, fewer samples
+    /// and trials, scale at 100 keys over a shorter window.
     pub fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                quick,
-                servers: vec![
-                    Server::Memory,
-                    Server::Etcd(1),
-                    Server::ZooKeeper(1),
-                    Server::Kube(1),
-                    Server::Redis(1),
-                ],
-                latency_samples: 50,
-                handover_trials: 10,
-                failover_trials: 3,
-                etcdctl_failover_trials: 0,
-                herds: vec![10, 100],
-                scale_keys: 100,
-                scale_window: Duration::from_secs(10),
-            }
-        } else {
-            Plan {
-                quick,
-                servers: vec![
-                    Server::Memory,
-                    Server::Etcd(1),
-                    Server::Etcd(3),
-                    Server::ZooKeeper(1),
-                    Server::ZooKeeper(3),
-                    Server::Kube(1),
-                    Server::Kube(3),
-                    Server::Redis(1),
-                    Server::Redis(3),
-                ],
-                latency_samples: 200,
-                handover_trials: 50,
-                failover_trials: 10,
-                etcdctl_failover_trials: 1,
-                herds: vec![10, 100],
-                scale_keys: 1000,
-                scale_window: Duration::from_secs(60),
-            }
+        let sizes: &[usize] = if quick { &[1] } else { &[1, 3] };
+        let kinds: [fn(usize) -> Server; 4] =
+            [Server::Etcd, Server::ZooKeeper, Server::Kube, Server::Redis];
+        let mut servers = vec![Server::Memory];
+        for kind in kinds {
+            servers.extend(sizes.iter().map(|&n| kind(n)));
+        }
+        Plan {
+            quick,
+            servers,
+            latency_samples: if quick { 50 } else { 200 },
+            handover_trials: if quick { 10 } else { 50 },
+            failover_trials: if quick { 3 } else { 10 },
+            etcdctl_failover_trials: if quick { 0 } else { 1 },
+            herds: vec![10, 100],
+            scale_keys: if quick { 100 } else { 1000 },
+            scale_window: Duration::from_secs(if quick { 10 } else { 60 }),
         }
     }
 

@@ -21,6 +21,8 @@ use tokio::time::Instant;
 
 use crate::deploy::{ctx, BenchResult};
 use crate::error::BenchError;
+use crate::figures::{Figure, Measure};
+use crate::sampling::fresh_key;
 
 /// A candidate process and its output.
 struct Candidate {
@@ -81,6 +83,16 @@ pub enum Stop {
     Interrupt,
 }
 
+impl Stop {
+    /// What a trial that stops the leader so measures.
+    pub fn measure(self) -> Measure {
+        match self {
+            Stop::Kill => Measure::Failover,
+            Stop::Interrupt => Measure::Handover,
+        }
+    }
+}
+
 /// What the candidates print.
 #[derive(Clone, Copy, Debug)]
 pub struct Markers {
@@ -120,6 +132,55 @@ pub async fn trial(
     let _ = leader.child.wait().await;
     let _ = standby.child.wait().await;
     Ok(led - stopped)
+}
+
+/// A peer the bench does not write (`etcdctl elect`, Curator's
+/// LeaderLatch), measured by [`trial`]s of its candidate program.
+pub struct LinePeer {
+    /// Its name in the tables.
+    pub name: &'static str,
+    /// What its candidates print.
+    pub markers: Markers,
+    /// Its lease's (or session's) TTL: a crash failover waits it out, and
+    /// the row subtracts it.
+    pub ttl: Duration,
+    /// How long the standby is given to lead once the leader is stopped.
+    pub limit: Duration,
+    /// Each trial's key is fresh, from this prefix.
+    pub key_prefix: &'static str,
+}
+
+impl LinePeer {
+    /// `trials` trials on `server`, the leader stopped by `stop`, each
+    /// trial's candidates made by `command` from the trial's key; the row
+    /// notes `note`, then how many trials failed.
+    pub async fn measure(
+        &self,
+        server: &str,
+        stop: Stop,
+        trials: usize,
+        command: impl Fn(&str) -> Command,
+        note: &str,
+    ) -> Figure {
+        let mut samples = Vec::new();
+        let mut errors = Vec::new();
+        for _ in 0..trials {
+            let key = fresh_key(self.key_prefix);
+            match trial(|| command(&key), self.markers, stop, self.limit).await {
+                Ok(d) => samples.push(d),
+                Err(e) => errors.push(e),
+            }
+        }
+        let f = match stop {
+            Stop::Kill => Figure::failover(server, self.name, &samples, self.ttl),
+            Stop::Interrupt => Figure::latency(Measure::Handover, server, self.name, &samples),
+        };
+        let f = f.with_note(note);
+        match errors.first() {
+            Some(e) => f.with_note(format!("{} trials failed: {e}", errors.len())),
+            None => f,
+        }
+    }
 }
 
 /// How long a standby is given to queue up behind the leader.

@@ -268,6 +268,16 @@ fn markdown(figures: &[Figure], c: &Context, chart: &str) -> String {
     out
 }
 
+/// `met` if `value` is at most `target`, else by how much it missed
+/// (`decimals` places, then `unit`).
+fn verdict(value: f64, target: f64, decimals: usize, unit: &str) -> String {
+    if value <= target {
+        "met".to_owned()
+    } else {
+        format!("missed by {:.*}{unit}", decimals, value - target)
+    }
+}
+
 /// The targets, each met or missed by how much.
 fn targets(figures: &[Figure]) -> String {
     let mut out = String::new();
@@ -279,11 +289,7 @@ fn targets(figures: &[Figure]) -> String {
     let kinds = ["etcd", "ZooKeeper", "Kubernetes"];
     for f in tenure(Measure::Handover).filter(|f| kinds.iter().any(|k| f.server.starts_with(k))) {
         let Some(p50) = f.p50_ms else { continue };
-        let verdict = if p50 <= 5.0 {
-            "met".to_owned()
-        } else {
-            format!("missed by {:.2} ms", p50 - 5.0)
-        };
+        let verdict = verdict(p50, 5.0, 2, " ms");
         let _ = write!(
             out,
             "- Hand-over p50 ≤ 5 ms, {}: {:.2} ms, {verdict}",
@@ -313,11 +319,7 @@ fn targets(figures: &[Figure]) -> String {
     }
     for f in tenure(Measure::Failover) {
         let Some(p99) = f.p99_ms else { continue };
-        let verdict = if p99 <= 1000.0 {
-            "met".to_owned()
-        } else {
-            format!("missed by {:.0} ms", p99 - 1000.0)
-        };
+        let verdict = verdict(p99, 1000.0, 0, " ms");
         let _ = writeln!(
             out,
             "- Crash failover − TTL p99 ≤ 1 s, {}: {p99:.0} ms, {verdict}",
@@ -331,11 +333,7 @@ fn targets(figures: &[Figure]) -> String {
         let Some(w) = f.writes_per_change else {
             continue;
         };
-        let verdict = if w <= 3.0 {
-            "met".to_owned()
-        } else {
-            format!("missed by {:.1}", w - 3.0)
-        };
+        let verdict = verdict(w, 3.0, 1, "");
         let _ = writeln!(
             out,
             "- ≤ 3 server writes per leadership change with 100 waiting, {}: {w:.1}, {verdict}",
@@ -346,16 +344,8 @@ fn targets(figures: &[Figure]) -> String {
         let (Some(cpu), Some(rss), Some(keys)) = (f.cpu_percent, f.rss_mib, f.keys) else {
             continue;
         };
-        let c = if cpu <= 5.0 {
-            "met".to_owned()
-        } else {
-            format!("missed by {:.1} points", cpu - 5.0)
-        };
-        let r = if rss <= 64.0 {
-            "met".to_owned()
-        } else {
-            format!("missed by {:.1} MiB", rss - 64.0)
-        };
+        let c = verdict(cpu, 5.0, 1, " points");
+        let r = verdict(rss, 64.0, 1, " MiB");
         let scope = if keys == 1000 {
             String::new()
         } else {

@@ -12,7 +12,8 @@ use crate::figures::{Figure, Measure};
 use crate::peers::{curator, etcd_election, etcdctl, rslock, unavailable};
 use crate::plan::{Plan, HERD_TTL, SCALE_TTL, TTL};
 use crate::process::{candidate_trial, Stop};
-use crate::tenure_measures::{fresh_key, handover, herd, latency};
+use crate::sampling::fresh_key;
+use crate::tenure_measures::{handover, herd, latency};
 use crate::{report, scale, RunArgs};
 
 /// Options from the command line.
@@ -101,34 +102,47 @@ pub async fn main(args: RunArgs) -> BenchResult<()> {
     Ok(())
 }
 
-fn push(figures: &mut Vec<Figure>, what: (Measure, &str, &str), got: BenchResult<Figure>) {
-    let (measure, label, system) = what;
-    let f = got.unwrap_or_else(|e| Figure::missing(measure, label, system, format!("failed: {e}")));
-    eprintln!(
-        "   {:?} {}: p50 {:?} p99 {:?} w {:?} r {:?} cpu {:?} rss {:?} {}",
-        f.measure,
-        f.system,
-        f.p50_ms,
-        f.p99_ms,
-        f.writes_per_change,
-        f.requests_per_change,
-        f.cpu_percent,
-        f.rss_mib,
-        f.note
-    );
-    figures.push(f);
+/// The rows of one deployment, logged as they are added.
+struct Rows<'a> {
+    figures: &'a mut Vec<Figure>,
+    /// The deployment's label.
+    server: &'a str,
 }
 
-fn push_pair(figures: &mut Vec<Figure>, label: &str, system: &str, got: BenchResult<[Figure; 2]>) {
-    match got {
-        Ok(pair) => {
-            for f in pair {
-                push(figures, (Measure::Acquire, label, system), Ok(f));
-            }
-        }
-        Err(e) => {
-            for m in [Measure::Acquire, Measure::Renew] {
-                push(figures, (m, label, system), Err(e.to_string().into()));
+impl Rows<'_> {
+    /// Adds `f`.
+    fn push(&mut self, f: Figure) {
+        eprintln!(
+            "   {:?} {}: p50 {:?} p99 {:?} w {:?} r {:?} cpu {:?} rss {:?} {}",
+            f.measure,
+            f.system,
+            f.p50_ms,
+            f.p99_ms,
+            f.writes_per_change,
+            f.requests_per_change,
+            f.cpu_percent,
+            f.rss_mib,
+            f.note
+        );
+        self.figures.push(f);
+    }
+
+    /// Adds `system`'s row for `measure`, or one that says why it failed.
+    fn add(&mut self, measure: Measure, system: &str, got: BenchResult<Figure>) {
+        let f = got.unwrap_or_else(|e| {
+            Figure::missing(measure, self.server, system, format!("failed: {e}"))
+        });
+        self.push(f);
+    }
+
+    /// Adds `system`'s acquire and renew rows.
+    fn add_latency(&mut self, system: &str, got: BenchResult<[Figure; 2]>) {
+        match got {
+            Ok(pair) => pair.into_iter().for_each(|f| self.push(f)),
+            Err(e) => {
+                for m in [Measure::Acquire, Measure::Renew] {
+                    self.add(m, system, Err(e.to_string().into()));
+                }
             }
         }
     }
@@ -147,12 +161,9 @@ async fn failover(
     let mut samples = Vec::with_capacity(trials);
     for _ in 0..trials {
         let key = fresh_key("failover");
-        let took = candidate_trial(&format!("{kind}{url}"), &key, TTL, TTL * 10).await?;
-        samples.push((took.as_secs_f64() - TTL.as_secs_f64()) * 1000.0);
+        samples.push(candidate_trial(&format!("{kind}{url}"), &key, TTL, TTL * 10).await?);
     }
-    let mut f = Figure::new(Measure::Failover, label, system);
-    f.set_ms(&samples);
-    f.ttl_ms = Some(TTL.as_secs_f64() * 1000.0);
+    let f = Figure::failover(label, system, &samples, TTL);
     Ok(f.with_note(format!("TTL {} s, SIGKILL", TTL.as_secs())))
 }
 
@@ -164,115 +175,83 @@ async fn bench_one(
 ) {
     let label = d.server.label();
     let label = label.as_str();
+    let mut rows = Rows {
+        figures,
+        server: label,
+    };
     let endpoints = d.endpoints();
     let n = plan.latency_samples;
 
-    push_pair(figures, label, "tenure", latency(d, TTL, n).await);
+    rows.add_latency("tenure", latency(d, TTL, n).await);
     match d.server {
-        Server::Etcd(_) => push_pair(
-            figures,
-            label,
-            etcd_election::NAME,
-            etcd_election::latency(label, &endpoints, TTL, n).await,
-        ),
-        Server::Redis(_) => push_pair(
-            figures,
-            label,
-            rslock::NAME,
-            rslock::latency(label, &endpoints, TTL, n).await,
-        ),
+        Server::Etcd(_) => {
+            rows.add_latency(etcd_election::NAME, etcd_election::latency(d, TTL, n).await)
+        }
+        Server::Redis(_) => rows.add_latency(rslock::NAME, rslock::latency(d, TTL, n).await),
         _ => {}
     }
 
     let h = plan.handover_trials;
-    push(
-        figures,
-        (Measure::Handover, label, "tenure"),
-        handover(d, TTL, h).await,
-    );
+    rows.add(Measure::Handover, "tenure", handover(d, TTL, h).await);
     match d.server {
         Server::Etcd(_) => {
-            let system = etcd_election::NAME;
-            push(
-                figures,
-                (Measure::Handover, label, system),
-                etcd_election::handover(label, &endpoints, h).await,
-            );
-            let f = etcdctl::measure(label, &endpoints, Stop::Interrupt, h.min(20)).await;
-            push(figures, (Measure::Handover, label, etcdctl::NAME), Ok(f));
+            let f = etcd_election::handover(d, h).await;
+            rows.add(Measure::Handover, etcd_election::NAME, f);
+            rows.push(etcdctl::measure(label, &endpoints, Stop::Interrupt, h.min(20)).await);
         }
-        Server::ZooKeeper(_) => {
-            let f =
-                curator::measure(label, curator, &endpoints, Stop::Interrupt, TTL, h.min(20)).await;
-            push(figures, (Measure::Handover, label, curator::NAME), Ok(f));
-        }
+        Server::ZooKeeper(_) => rows.push(
+            curator::measure(label, curator, &endpoints, Stop::Interrupt, TTL, h.min(20)).await,
+        ),
         Server::Redis(_) => {
-            let f = rslock::handover(label, &endpoints, TTL, h).await;
-            push(figures, (Measure::Handover, label, rslock::NAME), f);
+            let f = rslock::handover(d, TTL, h).await;
+            rows.add(Measure::Handover, rslock::NAME, f);
         }
         _ => {}
     }
 
     let f = plan.failover_trials;
     match d.url(TTL) {
-        None => figures.push(Figure::missing(
+        None => rows.push(Figure::missing(
             Measure::Failover,
             label,
             "tenure",
             "not applicable: the memory backend lives in one process",
         )),
         Some(url) => {
-            push(
-                figures,
-                (Measure::Failover, label, "tenure"),
-                failover(&url, "", label, "tenure", f).await,
-            );
+            // tenure, and the peers the bench drives through its own candidate.
+            let peers = match d.server {
+                Server::Etcd(_) => vec![("", "tenure"), ("etcd-election+", etcd_election::NAME)],
+                Server::Redis(_) => vec![("", "tenure"), ("rslock+", rslock::NAME)],
+                _ => vec![("", "tenure")],
+            };
+            for (kind, system) in peers {
+                let got = failover(&url, kind, label, system, f).await;
+                rows.add(Measure::Failover, system, got);
+            }
             match d.server {
                 Server::Etcd(_) => {
-                    let system = etcd_election::NAME;
-                    push(
-                        figures,
-                        (Measure::Failover, label, system),
-                        failover(&url, "etcd-election+", label, system, f).await,
-                    );
-                    let e = etcdctl::measure(
-                        label,
-                        &endpoints,
-                        Stop::Kill,
-                        plan.etcdctl_failover_trials,
-                    )
-                    .await;
-                    push(figures, (Measure::Failover, label, etcdctl::NAME), Ok(e));
+                    let trials = plan.etcdctl_failover_trials;
+                    rows.push(etcdctl::measure(label, &endpoints, Stop::Kill, trials).await);
                 }
-                Server::ZooKeeper(_) => {
-                    let c = curator::measure(label, curator, &endpoints, Stop::Kill, TTL, f).await;
-                    push(figures, (Measure::Failover, label, curator::NAME), Ok(c));
-                }
-                Server::Redis(_) => {
-                    let system = rslock::NAME;
-                    push(
-                        figures,
-                        (Measure::Failover, label, system),
-                        failover(&url, "rslock+", label, system, f).await,
-                    );
-                }
+                Server::ZooKeeper(_) => rows
+                    .push(curator::measure(label, curator, &endpoints, Stop::Kill, TTL, f).await),
                 _ => {}
             }
         }
     }
     if let Server::Kube(_) = d.server {
-        figures.extend(unavailable::rows(label));
+        rows.figures.extend(unavailable::rows(label));
     }
 
     for &waiters in &plan.herds {
         let got = herd(d, herd_ttl(d), waiters).await;
         let got = got.map_err(|e| BenchError::from(format!("{waiters} waiters: {e}")));
-        push(figures, (Measure::Herd, label, "tenure"), got);
+        rows.add(Measure::Herd, "tenure", got);
     }
 
     let url = d.url(SCALE_TTL).unwrap_or_else(|| "memory://".into());
     let s = scale::run(label, &url, plan.scale_keys, plan.scale_window, SCALE_TTL).await;
-    push(figures, (Measure::Scale, label, "tenure"), s);
+    rows.add(Measure::Scale, "tenure", s);
 }
 
 /// The herd's TTL: ZooKeeper's is its session timeout, pinged by the

@@ -10,17 +10,7 @@ use tokio::time::Instant;
 
 use crate::deploy::{ctx, BenchResult, Deployment};
 use crate::figures::{Figure, Measure};
-
-/// A key no earlier run or trial used.
-pub fn fresh_key(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "bench-{prefix}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
+use crate::sampling::{after_warm_up, fresh_key, timed};
 
 fn candidacy(key: &str, who: &str, ttl: Duration) -> BenchResult<Candidacy> {
     let key = ctx("key", ElectionKey::new(key))?;
@@ -33,29 +23,25 @@ fn candidacy(key: &str, who: &str, ttl: Duration) -> BenchResult<Candidacy> {
 pub async fn latency(d: &Deployment, ttl: Duration, samples: usize) -> BenchResult<[Figure; 2]> {
     let label = d.server.label();
     let backend = d.client(ttl).await?;
-    let mut acquires = Vec::with_capacity(samples);
-    for i in 0..samples + 5 {
+    let acquires = after_warm_up(samples, async || {
         let c = candidacy(&fresh_key("acquire"), "a", ttl)?;
         let start = Instant::now();
         let got = ctx("acquire", backend.acquire(&c, AcquireMode::Once).await)?;
         let took = start.elapsed();
         let lease = got.granted().ok_or("a free key was held")?;
         ctx("release", backend.release(&lease).await)?;
-        // The first few warm the connection up.
-        if i >= 5 {
-            acquires.push(took);
-        }
-    }
+        Ok(took)
+    })
+    .await?;
     let c = candidacy(&fresh_key("renew"), "r", ttl)?;
     let mut lease = ctx("acquire", backend.acquire(&c, AcquireMode::Once).await)?
         .granted()
         .ok_or("a free key was held")?;
-    let mut renewals = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let start = Instant::now();
+    let renewals = timed(samples, async || {
         lease = ctx("renew", backend.renew(&lease).await)?;
-        renewals.push(start.elapsed());
-    }
+        Ok(())
+    })
+    .await?;
     ctx("release", backend.release(&lease).await)?;
     let _ = backend.close().await;
     Ok([

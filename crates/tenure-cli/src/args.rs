@@ -175,12 +175,9 @@ pub struct Election {
     pub key: String,
 }
 
-/// `tenure run`.
+/// Who stands for election, and for how long a lease (run, campaign).
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub election: Election,
-
+pub struct Candidate {
     /// This candidate's identity, unique among the key's candidates
     /// [default: POD_NAME, else host name and pid].
     #[arg(long, short = 'i')]
@@ -189,6 +186,16 @@ pub struct RunArgs {
     /// The lease's TTL: a crashed leader's successor waits about this long.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub ttl: Duration,
+}
+
+/// `tenure run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub election: Election,
+
+    #[command(flatten)]
+    pub candidate: Candidate,
 
     /// How long before the lease's local deadline the command is SIGKILLed
     /// when renewals fail (SIGTERM goes out twice as long before it); at
@@ -246,14 +253,8 @@ pub struct CampaignArgs {
     #[arg(value_name = "NAME", required_unless_present = "key")]
     pub name: Option<String>,
 
-    /// This candidate's identity, printed when it leads
-    /// [default: POD_NAME, else host name and pid].
-    #[arg(long, short = 'i')]
-    pub identity: Option<String>,
-
-    /// The lease's TTL: a crashed leader's successor waits about this long.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
-    pub ttl: Duration,
+    #[command(flatten)]
+    pub candidate: Candidate,
 
     /// Give up campaigning after this long and exit with status 124
     /// [default: wait for ever].
@@ -296,11 +297,9 @@ pub struct WatchArgs {
 impl RunArgs {
     /// The kill margin: as given, else TTL/10, at least 50 ms, at most TTL/4.
     pub fn kill_margin(&self) -> Duration {
-        self.kill_margin.unwrap_or_else(|| {
-            (self.ttl / 10)
-                .max(Duration::from_millis(50))
-                .min(self.ttl / 4)
-        })
+        let ttl = self.candidate.ttl;
+        self.kill_margin
+            .unwrap_or_else(|| (ttl / 10).max(Duration::from_millis(50)).min(ttl / 4))
     }
 }
 
@@ -352,7 +351,7 @@ mod tests {
         let Command::Run(run) = cli.command else {
             panic!("not run: {cli:?}")
         };
-        assert_eq!(run.ttl, Duration::from_secs(2));
+        assert_eq!(run.candidate.ttl, Duration::from_secs(2));
         assert_eq!(run.command, ["sh", "-c", "echo --not-a-flag"]);
         assert!(!run.respawn);
         assert_eq!(run.election.backend.connect_timeout, Duration::from_secs(5));

@@ -2,34 +2,29 @@
 //! print a line once leading, hold the lease until interrupted.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 
 use tokio::time::Instant;
 
 use crate::args::CampaignArgs;
 use crate::connect;
 use crate::failure::Failure;
-use crate::run::{campaign as campaign_for, EXIT_LOST, EXIT_TIMEOUT};
+use crate::run::{campaign as campaign_for, EXIT_LOST};
 use crate::signals::Signals;
 
 /// Runs `tenure campaign`; returns the exit status.
 pub async fn campaign(args: CampaignArgs) -> Result<u8, Failure> {
     let started = Instant::now();
     let mut signals = Signals::listen()?;
-    let key = args.key();
-    let prepare = connect::candidate(
+    connect::stand(
         &args.backend,
-        key,
-        args.identity.as_deref(),
-        args.ttl,
+        args.key(),
+        &args.candidate,
         started,
-    );
-    let elector = tokio::select! {
-        elector = prepare => elector?,
-        received = signals.stop_requested() => return Ok(received.exit_code()),
-    };
-    let result = lead(&args, &elector, &mut signals).await;
-    elector.shutdown().await;
-    result
+        &mut signals,
+        async |elector, signals| lead(&args, elector, signals).await,
+    )
+    .await
 }
 
 async fn lead(
@@ -37,12 +32,9 @@ async fn lead(
     elector: &tenure::Elector,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let leadership = tokio::select! {
-        leadership = campaign_for(elector, args.timeout) => match leadership? {
-            Some(leadership) => leadership,
-            None => return Ok(EXIT_TIMEOUT),
-        },
-        received = signals.stop_requested() => return Ok(received.exit_code()),
+    let leadership = match campaign_for(elector, args.timeout, signals).await? {
+        ControlFlow::Continue(leadership) => leadership,
+        ControlFlow::Break(status) => return Ok(status),
     };
     let line = match leadership.token() {
         Some(token) => format!(

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tenure::{Elector, Error, LeaderInfo, LeaseBackend, DEFAULT_TTL};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::args::Backend;
+use crate::args::{Backend, Candidate};
 use crate::failure::{chain, Failure};
+use crate::signals::Signals;
 
 /// Pause between two looks at an unreachable backend.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
@@ -34,13 +35,34 @@ pub async fn backend(place: &Backend) -> Result<(Arc<dyn LeaseBackend>, String),
     }
 }
 
+/// Stands for election (run, campaign): reaches the backend with an elector
+/// for `key` (see [`candidate`]), runs `body` with it, then shuts the
+/// elector down (withdraws a pending campaign, releases what is still held,
+/// closes the client). A signal that stops tenure before the elector is
+/// ready ends it at once, with that signal's exit status.
+pub async fn stand(
+    place: &Backend,
+    key: &str,
+    who: &Candidate,
+    started: Instant,
+    signals: &mut Signals,
+    body: impl AsyncFnOnce(&Elector, &mut Signals) -> Result<u8, Failure>,
+) -> Result<u8, Failure> {
+    let elector = tokio::select! {
+        elector = candidate(place, key, who, started) => elector?,
+        received = signals.stop_requested() => return Ok(received.exit_code()),
+    };
+    let result = body(&elector, signals).await;
+    elector.shutdown().await;
+    result
+}
+
 /// A candidate's elector (run, campaign): the key, identity and TTL are
 /// checked against the backend, and the backend answers a first look.
 pub async fn candidate(
     place: &Backend,
     key: &str,
-    identity: Option<&str>,
-    ttl: Duration,
+    who: &Candidate,
     started: Instant,
 ) -> Result<Elector, Failure> {
     let (backend, url) = backend(place).await?;
@@ -48,12 +70,12 @@ pub async fn candidate(
     // says so (`?allow_unfenced=true`): that is the user's opt-in, and the
     // command then runs without TENURE_FENCING_TOKEN.
     let unfenced = !backend.capabilities().fencing;
-    let mut builder = Elector::builder(backend).key(key).ttl(ttl);
+    let mut builder = Elector::builder(backend).key(key).ttl(who.ttl);
     if unfenced {
         builder = builder.allow_unfenced();
     }
-    if let Some(identity) = identity {
-        builder = builder.identity(identity);
+    if let Some(identity) = &who.identity {
+        builder = builder.identity(identity.as_str());
     }
     // The TTL is checked first, against the backend's bounds.
     let elector = builder.build()?;

@@ -1,5 +1,6 @@
 //! `tenure run`: campaign, run the command while leading, step down.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tenure::{Elector, Leadership};
@@ -27,31 +28,27 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let margin = args.kill_margin();
     // SIGTERM goes out at twice the margin before the deadline without a
     // renewal: that must come after the first renewal (at TTL/3) is due.
-    if margin.is_zero() || margin * 4 > args.ttl {
+    let ttl = args.candidate.ttl;
+    if margin.is_zero() || margin * 4 > ttl {
         return Err(Failure::new(format!(
             "invalid kill-margin: {} must be above zero and at most a quarter of the ttl ({})",
             humantime::format_duration(margin),
-            humantime::format_duration(args.ttl)
+            humantime::format_duration(ttl)
         )));
     }
     warn_if_init();
     // From here on SIGINT and SIGTERM end tenure only through us.
     let mut signals = Signals::listen()?;
-    let prepare = connect::candidate(
-        &args.election.backend,
-        &args.election.key,
-        args.identity.as_deref(),
-        args.ttl,
+    let election = &args.election;
+    connect::stand(
+        &election.backend,
+        &election.key,
+        &args.candidate,
         started,
-    );
-    let elector = tokio::select! {
-        elector = prepare => elector?,
-        received = signals.stop_requested() => return Ok(received.exit_code()),
-    };
-    let result = campaign_and_run(&args, &elector, &mut signals, margin).await;
-    // Withdraws a pending campaign, releases what is still held, closes the client.
-    elector.shutdown().await;
-    result
+        &mut signals,
+        async |elector, signals| campaign_and_run(&args, elector, signals, margin).await,
+    )
+    .await
 }
 
 /// As a container's PID 1, tenure adopts every orphan and reaps none.
@@ -63,8 +60,24 @@ fn warn_if_init() {
     }
 }
 
-/// The campaign, given up after `timeout` if there is one.
+/// The campaign, unless a signal asks tenure to stop or `timeout` (if there
+/// is one) passes first: then `Break` with the status tenure exits with.
 pub async fn campaign(
+    elector: &Elector,
+    timeout: Option<Duration>,
+    signals: &mut Signals,
+) -> Result<ControlFlow<u8, Leadership>, Failure> {
+    tokio::select! {
+        leadership = campaign_within(elector, timeout) => Ok(match leadership? {
+            Some(leadership) => ControlFlow::Continue(leadership),
+            None => ControlFlow::Break(EXIT_TIMEOUT),
+        }),
+        received = signals.stop_requested() => Ok(ControlFlow::Break(received.exit_code())),
+    }
+}
+
+/// The campaign, given up after `timeout` if there is one.
+async fn campaign_within(
     elector: &Elector,
     timeout: Option<Duration>,
 ) -> Result<Option<Leadership>, Failure> {
@@ -106,12 +119,9 @@ async fn campaign_and_run(
     margin: Duration,
 ) -> Result<u8, Failure> {
     loop {
-        let leadership = tokio::select! {
-            leadership = campaign(elector, args.timeout) => match leadership? {
-                Some(leadership) => leadership,
-                None => return Ok(EXIT_TIMEOUT),
-            },
-            received = signals.stop_requested() => return Ok(received.exit_code()),
+        let leadership = match campaign(elector, args.timeout, signals).await? {
+            ControlFlow::Continue(leadership) => leadership,
+            ControlFlow::Break(status) => return Ok(status),
         };
         let term = leadership.term();
         // A tenure stopped between the grant and here may hold a term that

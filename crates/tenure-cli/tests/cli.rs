@@ -6,138 +6,63 @@
 mod support;
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Trial};
-use serde_json::Value;
-use support::{etcd, finish, lines, now_ns, process_gone, scratch, tenure, wait_until};
-use support::{process_state, signal_status};
-use support::{Background, Outcome};
+use support::{etcd, finish, json, lines, now_ns, process_gone, scratch, tenure, wait_until};
+use support::{mentions_all, process_state, signal_status};
+use support::{Background, Failed, Outcome};
 
 /// The TTL of the etcd cases: etcd's smallest.
 const TTL: &str = "1s";
 /// Bound on how long a command-line error may take.
 const QUICK: Duration = Duration::from_secs(10);
 
+/// A [`Trial`] per case, named after its function.
+macro_rules! trials {
+    ($($case:ident),* $(,)?) => {
+        vec![$(Trial::test(stringify!($case), $case)),*]
+    };
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     if args.test_threads.is_none() {
         args.test_threads = Some(1);
     }
-    let trials = vec![
-        Trial::test(
-            "help_shows_backends_and_examples",
-            help_shows_backends_and_examples,
-        ),
-        Trial::test(
-            "a_url_without_a_scheme_is_refused_naming_the_url",
-            a_url_without_a_scheme_is_refused_naming_the_url,
-        ),
-        Trial::test(
-            "an_unknown_scheme_is_refused_naming_it",
-            an_unknown_scheme_is_refused_naming_it,
-        ),
-        Trial::test(
-            "run_without_a_command_is_refused",
-            run_without_a_command_is_refused,
-        ),
-        Trial::test(
-            "an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address",
-            an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address,
-        ),
-        Trial::test(
-            "a_command_that_is_not_found_exits_127",
-            a_command_that_is_not_found_exits_127,
-        ),
-        Trial::test(
-            "status_of_a_vacant_key_exits_1",
-            status_of_a_vacant_key_exits_1,
-        ),
-        Trial::test(
-            "watch_prints_the_current_state_and_stops_on_sigterm",
-            watch_prints_the_current_state_and_stops_on_sigterm,
-        ),
-        Trial::test(
-            "run_exports_a_token_that_parses_back",
-            run_exports_a_token_that_parses_back,
-        ),
-        Trial::test(
-            "run_passes_key_identity_and_token_and_the_exit_status",
-            run_passes_key_identity_and_token_and_the_exit_status,
-        ),
-        Trial::test(
-            "sigterm_is_passed_on_and_tenure_exits_with_the_commands_status",
-            sigterm_is_passed_on_and_tenure_exits_with_the_commands_status,
-        ),
-        Trial::test(
-            "sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it",
-            sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it,
-        ),
-        Trial::test(
-            "sigtstp_then_sigcont_within_the_term_continues_the_command",
-            sigtstp_then_sigcont_within_the_term_continues_the_command,
-        ),
-        Trial::test(
-            "a_command_that_changed_credentials_dies_with_a_sigkilled_tenure",
-            a_command_that_changed_credentials_dies_with_a_sigkilled_tenure,
-        ),
-        Trial::test(
-            "an_inherited_ignored_sighup_stays_ignored",
-            an_inherited_ignored_sighup_stays_ignored,
-        ),
-        Trial::test(
-            "a_command_stopped_by_sigttin_ends_the_term",
-            a_command_stopped_by_sigttin_ends_the_term,
-        ),
-        Trial::test(
-            "the_backend_url_comes_from_the_flag_else_the_file_else_the_environment",
-            the_backend_url_comes_from_the_flag_else_the_file_else_the_environment,
-        ),
-        Trial::test(
-            "shell_runs_the_words_with_sh_and_no_stdin_gives_none",
-            shell_runs_the_words_with_sh_and_no_stdin_gives_none,
-        ),
-        Trial::test(
-            "campaign_prints_when_leading_and_holds_until_sigterm",
-            campaign_prints_when_leading_and_holds_until_sigterm,
-        ),
-        Trial::test(
-            "etcd_timeout_gives_up_campaigning_with_status_124",
-            etcd_timeout_gives_up_campaigning_with_status_124,
-        ),
-        Trial::test(
-            "etcd_a_ttl_below_the_minimum_is_refused_naming_ttl",
-            etcd_a_ttl_below_the_minimum_is_refused_naming_ttl,
-        ),
-        Trial::test(
-            "etcd_two_runs_never_overlap_and_tokens_increase",
-            etcd_two_runs_never_overlap_and_tokens_increase,
-        ),
-        Trial::test(
-            "etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl",
-            etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl,
-        ),
-        Trial::test(
-            "etcd_sigterm_hands_over_within_100ms",
-            etcd_sigterm_hands_over_within_100ms,
-        ),
-        Trial::test(
-            "etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire",
-            etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire,
-        ),
-        Trial::test(
-            "etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts",
-            etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts,
-        ),
-        Trial::test(
-            "etcd_a_standard_error_nobody_reads_holds_up_no_kill",
-            etcd_a_standard_error_nobody_reads_holds_up_no_kill,
-        ),
-        Trial::test(
-            "etcd_status_and_watch_follow_a_led_key",
-            etcd_status_and_watch_follow_a_led_key,
-        ),
+    let trials = trials![
+        help_shows_backends_and_examples,
+        a_url_without_a_scheme_is_refused_naming_the_url,
+        an_unknown_scheme_is_refused_naming_it,
+        run_without_a_command_is_refused,
+        an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address,
+        a_command_that_is_not_found_exits_127,
+        status_of_a_vacant_key_exits_1,
+        watch_prints_the_current_state_and_stops_on_sigterm,
+        run_exports_a_token_that_parses_back,
+        run_passes_key_identity_and_token_and_the_exit_status,
+        sigterm_is_passed_on_and_tenure_exits_with_the_commands_status,
+        sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it,
+        sigtstp_then_sigcont_within_the_term_continues_the_command,
+        a_command_that_changed_credentials_dies_with_a_sigkilled_tenure,
+        an_inherited_ignored_sighup_stays_ignored,
+        a_command_stopped_by_sigttin_ends_the_term,
+        the_backend_url_comes_from_the_flag_else_the_file_else_the_environment,
+        shell_runs_the_words_with_sh_and_no_stdin_gives_none,
+        campaign_prints_when_leading_and_holds_until_sigterm,
+        etcd_timeout_gives_up_campaigning_with_status_124,
+        etcd_a_ttl_below_the_minimum_is_refused_naming_ttl,
+        etcd_two_runs_never_overlap_and_tokens_increase,
+        etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl,
+        etcd_sigterm_hands_over_within_100ms,
+        etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire,
+        etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts,
+        etcd_a_standard_error_nobody_reads_holds_up_no_kill,
+        etcd_status_and_watch_follow_a_led_key,
     ];
     let conclusion = libtest_mimic::run(&args, trials);
     etcd::stop();
@@ -172,38 +97,148 @@ fn started(out: &Path) -> Vec<Started> {
         .collect()
 }
 
-/// Waits for the command of the candidate `identity` to start.
-fn started_by(out: &Path, identity: &str, limit: Duration) -> Result<Started, support::Failed> {
-    wait_until(&format!("{identity}'s command to start"), limit, || {
-        started(out).into_iter().find(|s| s.identity == identity)
-    })
+/// Fails unless b's term (`second`) started less than `bound` after the
+/// moment `since_ns` (ns since the epoch, `what` in the messages), with a
+/// greater token than a's (`first`).
+fn took_over_within(
+    first: &Started,
+    second: &Started,
+    since_ns: i128,
+    what: &str,
+    bound: Duration,
+) -> Outcome {
+    let after_ms = (second.at_ns - since_ns) as f64 / 1e6;
+    println!("    b's command started {after_ms:.1} ms after {what} (TTL {TTL})");
+    ensure!(
+        after_ms < bound.as_secs_f64() * 1e3,
+        "b's command started {after_ms:.1} ms after {what}; the bound is {bound:?}"
+    );
+    ensure!(
+        second.token > first.token,
+        "tokens: a {} then b {}",
+        first.token,
+        second.token
+    );
+    Ok(())
 }
 
-/// `tenure run` on the shared etcd, `SLEEPER` as the command.
-fn sleeper(
-    etcd: &etcd::Etcd,
-    key: &str,
-    identity: &str,
-    dir: &Path,
-) -> Result<Background, support::Failed> {
-    let mut command = tenure([
-        "run",
-        "-v",
-        "--backend",
-        &etcd.url(),
-        "--key",
-        key,
-        "--identity",
-        identity,
-        "--ttl",
-        TTL,
-        "--",
-        "sh",
-        "-c",
-        SLEEPER,
-    ]);
-    command.env("OUT", dir.join("started"));
-    Background::start(identity, command, dir)
+/// Candidates for one key on the shared etcd, `tenure run`s whose commands
+/// write to `$OUT` in a scratch directory of the case's own.
+struct Election {
+    etcd: Arc<etcd::Etcd>,
+    key: &'static str,
+    dir: PathBuf,
+}
+
+impl Election {
+    /// The election of `key`, the case's files under a directory named for `test`.
+    fn new(test: &str, key: &'static str) -> Election {
+        Election {
+            etcd: etcd::shared(),
+            key,
+            dir: scratch(test),
+        }
+    }
+
+    /// The file the commands write to ($OUT).
+    fn out(&self) -> PathBuf {
+        self.dir.join("out")
+    }
+
+    /// `tenure run` for `identity` with the etcd cases' TTL and `flags`,
+    /// its command `sh -c <script>`.
+    fn run(&self, identity: &str, flags: &[&str], script: &str) -> Command {
+        let url = self.etcd.url();
+        let mut args = vec![
+            "run",
+            "--backend",
+            &url,
+            "--key",
+            self.key,
+            "--identity",
+            identity,
+            "--ttl",
+            TTL,
+        ];
+        args.extend_from_slice(flags);
+        args.extend(["--", "sh", "-c", script]);
+        let mut command = tenure(args);
+        command.env("OUT", self.out());
+        command
+    }
+
+    /// `tenure run -v` for `identity` in the background, `script` its command.
+    fn start(&self, identity: &str, script: &str) -> Result<Background, Failed> {
+        Background::start(identity, self.run(identity, &["-v"], script), &self.dir)
+    }
+
+    /// [`Election::start`] with [`SLEEPER`] as the command.
+    fn sleeper(&self, identity: &str) -> Result<Background, Failed> {
+        self.start(identity, SLEEPER)
+    }
+
+    /// Waits for the command of the candidate `identity` to start.
+    fn started_by(&self, identity: &str, limit: Duration) -> Result<Started, Failed> {
+        wait_until(&format!("{identity}'s command to start"), limit, || {
+            started(&self.out())
+                .into_iter()
+                .find(|s| s.identity == identity)
+        })
+    }
+
+    /// Sleepers `a`, leading (its command started), and `b`, queued behind it.
+    fn leader_and_standby(&self) -> Result<(Background, Started, Background), Failed> {
+        let a = self.sleeper("a")?;
+        let first = self.started_by("a", QUICK)?;
+        let b = self.sleeper("b")?;
+        wait_until("b to queue up", QUICK, || {
+            (self.etcd.candidates(self.key) == 2).then_some(())
+        })?;
+        Ok((a, first, b))
+    }
+
+    /// Freezes etcd under a leader whose command is `pid` and checks that
+    /// the command is SIGKILLed within the TTL (printed after `prefix`);
+    /// etcd stays frozen until the returned guard is dropped.
+    fn freeze_under(&self, pid: libc::pid_t, prefix: &str) -> Result<etcd::Paused<'_>, Failed> {
+        let paused = self.etcd.pause();
+        // No renewal can succeed from here on, so the lease's local deadline is
+        // at most one TTL away (the server's own expiry is later still).
+        let frozen = Instant::now();
+        let dead = wait_until("the command to be killed", Duration::from_secs(3), || {
+            process_gone(pid).then(Instant::now)
+        })?;
+        let after = dead - frozen;
+        println!(
+            "    {prefix}command SIGKILLed {} ms after etcd froze (TTL {TTL})",
+            after.as_millis()
+        );
+        ensure!(
+            after < Duration::from_secs(1),
+            "the command outlived the TTL: {after:?}"
+        );
+        Ok(paused)
+    }
+}
+
+/// `tenure run` on the memory backend, key `job`, with `flags`; `command` after `--`.
+fn memory_run(flags: &[&str], command: &[&str]) -> Command {
+    let mut args = vec!["run", "-b", "memory://", "-k", "job"];
+    args.extend_from_slice(flags);
+    args.push("--");
+    args.extend_from_slice(command);
+    tenure(args)
+}
+
+/// `tenure args` in the background, named for its subcommand, its output
+/// in a scratch directory named for `test`.
+fn in_background(test: &str, args: &[&str]) -> Result<Background, Failed> {
+    Background::start(args[0], tenure(args), &scratch(test))
+}
+
+/// Runs `tenure args`, which must refuse them (status 2) naming each of `mentions`.
+fn refused(args: &[&str], mentions: &[&str]) -> Outcome {
+    finish(tenure(args), QUICK)?.exits_with(2, mentions)
 }
 
 fn closed_port() -> u16 {
@@ -216,86 +251,54 @@ fn closed_port() -> u16 {
 fn help_shows_backends_and_examples() -> Outcome {
     let help = finish(tenure(["--help"]), QUICK)?;
     ensure!(help.code() == Some(0), "{help:?}");
-    for needle in [
-        "Examples:",
-        "etcd://",
-        "zk://",
-        "kube://",
-        "tenure run",
-        "tenure status",
-        "tenure watch",
-    ] {
-        ensure!(
-            help.stdout.contains(needle),
-            "--help lacks {needle:?}:\n{}",
-            help.stdout
-        );
-    }
+    mentions_all(
+        "--help",
+        &help.stdout,
+        &[
+            "Examples:",
+            "etcd://",
+            "zk://",
+            "kube://",
+            "tenure run",
+            "tenure status",
+            "tenure watch",
+        ],
+    )?;
     let help = finish(tenure(["run", "--help"]), QUICK)?;
-    for needle in [
-        "TENURE_FENCING_TOKEN",
-        "SIGKILL",
-        "Exit status",
-        "--respawn",
-        "--ttl",
-    ] {
-        ensure!(
-            help.stdout.contains(needle),
-            "run --help lacks {needle:?}:\n{}",
-            help.stdout
-        );
-    }
-    Ok(())
+    mentions_all(
+        "run --help",
+        &help.stdout,
+        &[
+            "TENURE_FENCING_TOKEN",
+            "SIGKILL",
+            "Exit status",
+            "--respawn",
+            "--ttl",
+        ],
+    )
 }
 
 fn a_url_without_a_scheme_is_refused_naming_the_url() -> Outcome {
-    let out = finish(
-        tenure(["status", "--backend", "127.0.0.1:2379", "--key", "k"]),
-        QUICK,
+    refused(
+        &["status", "--backend", "127.0.0.1:2379", "--key", "k"],
+        &["invalid url", "127.0.0.1:2379"],
     )?;
-    ensure!(out.code() == Some(2), "{out:?}");
-    ensure!(
-        out.stderr.contains("invalid url") && out.stderr.contains("127.0.0.1:2379"),
-        "{}",
-        out.stderr
-    );
-    let out = finish(
-        tenure(["run", "-b", "etcd://", "-k", "k", "--", "true"]),
-        QUICK,
-    )?;
-    ensure!(out.code() == Some(2), "{out:?}");
-    ensure!(
-        out.stderr.contains("invalid url") && out.stderr.contains("\"etcd://\""),
-        "{}",
-        out.stderr
-    );
-    Ok(())
+    refused(
+        &["run", "-b", "etcd://", "-k", "k", "--", "true"],
+        &["invalid url", "\"etcd://\""],
+    )
 }
 
 fn an_unknown_scheme_is_refused_naming_it() -> Outcome {
-    let out = finish(
-        tenure(["run", "-b", "consul://h:8500", "-k", "k", "--", "true"]),
-        QUICK,
-    )?;
-    ensure!(out.code() == Some(2), "{out:?}");
-    ensure!(
-        out.stderr.contains("unknown scheme \"consul\""),
-        "{}",
-        out.stderr
-    );
-    Ok(())
+    refused(
+        &["run", "-b", "consul://h:8500", "-k", "k", "--", "true"],
+        &["unknown scheme \"consul\""],
+    )
 }
 
 fn run_without_a_command_is_refused() -> Outcome {
-    for args in [
-        &["run", "-b", "memory://", "-k", "k"][..],
-        &["run", "-b", "memory://", "-k", "k", "--"][..],
-    ] {
-        let out = finish(tenure(args), QUICK)?;
-        ensure!(out.code() == Some(2), "{args:?}: {out:?}");
-        ensure!(out.stderr.contains("COMMAND"), "{args:?}: {}", out.stderr);
-    }
-    Ok(())
+    refused(&["run", "-b", "memory://", "-k", "k"], &["COMMAND"])?;
+    refused(&["run", "-b", "memory://", "-k", "k", "--"], &["COMMAND"])
 }
 
 fn an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address() -> Outcome {
@@ -317,8 +320,7 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address() -> 
         vec!["watch", "-b", &url, "-k", "k", "--connect-timeout", "1s"],
     ] {
         let out = finish(tenure(&args), Duration::from_secs(10))?;
-        ensure!(out.code() == Some(2), "{args:?}: {out:?}");
-        ensure!(out.stderr.contains(&address), "{args:?}: {}", out.stderr);
+        out.exits_with(2, &[address.as_str()])?;
         ensure!(
             out.took < Duration::from_secs(4),
             "{args:?} took {:?}",
@@ -329,21 +331,8 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout_naming_the_address() -> 
 }
 
 fn a_command_that_is_not_found_exits_127() -> Outcome {
-    let out = finish(
-        tenure([
-            "run",
-            "-b",
-            "memory://",
-            "-k",
-            "k",
-            "--",
-            "/no/such/program",
-        ]),
-        QUICK,
-    )?;
-    ensure!(out.code() == Some(127), "{out:?}");
-    ensure!(out.stderr.contains("/no/such/program"), "{}", out.stderr);
-    Ok(())
+    let out = finish(memory_run(&[], &["/no/such/program"]), QUICK)?;
+    out.exits_with(127, &["/no/such/program"])
 }
 
 // ---- memory:// (one process) ----
@@ -353,15 +342,14 @@ fn status_of_a_vacant_key_exits_1() -> Outcome {
         tenure(["status", "-b", "memory://", "-k", "billing"]),
         QUICK,
     )?;
-    ensure!(out.code() == Some(1), "{out:?}");
+    out.exits_with(1, &[])?;
     ensure!(out.stdout.contains("vacant"), "{}", out.stdout);
     let out = finish(
         tenure(["status", "-b", "memory://", "-k", "billing", "--json"]),
         QUICK,
     )?;
-    ensure!(out.code() == Some(1), "{out:?}");
-    let value: Value =
-        serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stdout))?;
+    out.exits_with(1, &[])?;
+    let value = json(&out.stdout)?;
     ensure!(
         value["leader"].is_null() && value["key"] == "billing",
         "{value}"
@@ -370,65 +358,35 @@ fn status_of_a_vacant_key_exits_1() -> Outcome {
 }
 
 fn watch_prints_the_current_state_and_stops_on_sigterm() -> Outcome {
-    let dir = scratch("watch-memory");
-    let mut watch = Background::start(
-        "watch",
-        tenure(["watch", "-b", "memory://", "-k", "billing", "--json"]),
-        &dir,
+    let mut watch = in_background(
+        "watch-memory",
+        &["watch", "-b", "memory://", "-k", "billing", "--json"],
     )?;
-    let line = wait_until("the first line", QUICK, || {
-        watch.stdout().lines().next().map(str::to_owned)
-    })?;
-    let value: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+    let value = json(&watch.first_line("the first line", QUICK)?)?;
     ensure!(
         value["event"] == "vacant" && value["key"] == "billing",
         "{value}"
     );
     watch.signal(libc::SIGTERM);
-    let (status, _) = watch.wait(QUICK)?;
-    ensure!(status.code() == Some(0), "{status:?}: {}", watch.stderr());
+    watch.exits_with(0, QUICK)?;
     Ok(())
 }
 
 fn run_passes_key_identity_and_token_and_the_exit_status() -> Outcome {
     let script = r#"test "$TENURE_KEY" = job && test "$TENURE_IDENTITY" = me && test "$TENURE_FENCING_TOKEN" -gt 0 && exit 7"#;
-    let mut command = tenure([
-        "run",
-        "-b",
-        "memory://",
-        "-k",
-        "job",
-        "-i",
-        "me",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
+    let mut command = memory_run(&["-i", "me"], &["sh", "-c", script]);
     // A stale token in tenure's own environment must not reach the command.
     command.env("TENURE_FENCING_TOKEN", "0");
-    let out = finish(command, QUICK)?;
-    ensure!(out.code() == Some(7), "{out:?}");
-    Ok(())
+    finish(command, QUICK)?.exits_with(7, &[])
 }
 
 fn run_exports_a_token_that_parses_back() -> Outcome {
     let dir = scratch("token-parses");
     let out = dir.join("token");
-    let mut command = tenure([
-        "run",
-        "-b",
-        "memory://",
-        "-k",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        r#"printf %s "$TENURE_FENCING_TOKEN" > "$OUT""#,
-    ]);
+    let script = r#"printf %s "$TENURE_FENCING_TOKEN" > "$OUT""#;
+    let mut command = memory_run(&[], &["sh", "-c", script]);
     command.env("OUT", &out);
-    let status = finish(command, QUICK)?;
-    ensure!(status.code() == Some(0), "{status:?}");
+    finish(command, QUICK)?.exits_with(0, &[])?;
     let text = std::fs::read_to_string(&out)?;
     let token: tenure::FencingToken = text.parse()?;
     ensure!(
@@ -442,25 +400,14 @@ fn sigterm_is_passed_on_and_tenure_exits_with_the_commands_status() -> Outcome {
     let dir = scratch("sigterm-memory");
     let out = dir.join("out");
     let script = r#"trap 'echo term >> "$OUT"; exit 3' TERM; echo started >> "$OUT"; while :; do sleep 0.05; done"#;
-    let mut command = tenure([
-        "run",
-        "-b",
-        "memory://",
-        "-k",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
+    let mut command = memory_run(&[], &["sh", "-c", script]);
     command.env("OUT", &out);
     let mut run = Background::start("run", command, &dir)?;
     wait_until("the command to start", QUICK, || {
         lines(&out).contains(&"started".to_owned()).then_some(())
     })?;
     run.signal(libc::SIGTERM);
-    let (status, _) = run.wait(QUICK)?;
-    ensure!(status.code() == Some(3), "{status:?}: {}", run.stderr());
+    run.exits_with(3, QUICK)?;
     ensure!(
         lines(&out).contains(&"term".to_owned()),
         "{:?}",
@@ -469,28 +416,29 @@ fn sigterm_is_passed_on_and_tenure_exits_with_the_commands_status() -> Outcome {
     Ok(())
 }
 
-/// `tenure run` on the memory backend with a command that prints its pid
-/// and sleeps; returns it and the pid.
+/// `tenure run` on the memory backend with `flags`, its command `wrapper`
+/// running a shell that prints its pid and sleeps.
+fn pid_printing_run(flags: &[&str], wrapper: &[&str]) -> Command {
+    let mut command = wrapper.to_vec();
+    command.extend(["sh", "-c", "echo $$; exec sleep 600"]);
+    memory_run(flags, &command)
+}
+
+/// The pid that the command of a [`pid_printing_run`] printed.
+fn printed_pid(run: &Background) -> Result<libc::pid_t, Failed> {
+    wait_until("the command's pid", QUICK, || {
+        run.stdout().lines().next()?.trim().parse().ok()
+    })
+}
+
+/// A [`pid_printing_run`] in the background, and its command's pid.
 fn pid_printer(
-    name: &str,
     dir: &Path,
-    extra: &[&str],
-    command: &[&str],
-) -> Result<(Background, libc::pid_t), support::Failed> {
-    let mut args = vec!["run", "-b", "memory://", "-k", "job"];
-    args.extend_from_slice(extra);
-    args.push("--");
-    args.extend_from_slice(command);
-    args.extend_from_slice(&["sh", "-c", "echo $$; exec sleep 600"]);
-    let run = Background::start(name, tenure(&args), dir)?;
-    let pid = wait_until("the command's pid", QUICK, || {
-        run.stdout()
-            .lines()
-            .next()?
-            .trim()
-            .parse::<libc::pid_t>()
-            .ok()
-    })?;
+    flags: &[&str],
+    wrapper: &[&str],
+) -> Result<(Background, libc::pid_t), Failed> {
+    let run = Background::start("run", pid_printing_run(flags, wrapper), dir)?;
+    let pid = printed_pid(&run)?;
     Ok((run, pid))
 }
 
@@ -501,7 +449,7 @@ fn stopped_or_gone(pid: libc::pid_t) -> bool {
 
 fn sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it() -> Outcome {
     let dir = scratch("sigtstp");
-    let (mut run, pid) = pid_printer("run", &dir, &["--ttl", "1s"], &[])?;
+    let (mut run, pid) = pid_printer(&dir, &["--ttl", "1s"], &[])?;
     run.signal(libc::SIGTSTP);
     // Past the term's end (1 s) and the local deadline it is killed at.
     std::thread::sleep(Duration::from_millis(1500));
@@ -518,19 +466,14 @@ fn sigtstp_stops_the_command_and_a_term_that_ran_out_meanwhile_kills_it() -> Out
     // Continued after its term: the command is dead, tenure says the lease
     // was lost.
     run.signal(libc::SIGCONT);
-    let (status, _) = run.wait(QUICK)?;
-    ensure!(
-        status.code() == Some(75),
-        "tenure exited with {status:?}: {}",
-        run.stderr()
-    );
+    run.exits_with(75, QUICK)?;
     ensure!(process_gone(pid), "the command outlived tenure");
     Ok(())
 }
 
 fn sigtstp_then_sigcont_within_the_term_continues_the_command() -> Outcome {
     let dir = scratch("sigtstp-cont");
-    let (mut run, pid) = pid_printer("run", &dir, &["--ttl", "10s"], &[])?;
+    let (mut run, pid) = pid_printer(&dir, &["--ttl", "10s"], &[])?;
     run.signal(libc::SIGTSTP);
     wait_until("the command to stop", QUICK, || {
         matches!(process_state(pid), Some('T')).then_some(())
@@ -543,12 +486,7 @@ fn sigtstp_then_sigcont_within_the_term_continues_the_command() -> Outcome {
         matches!(process_state(pid), Some('S' | 'R')).then_some(())
     })?;
     run.signal(libc::SIGTERM);
-    let (status, _) = run.wait(QUICK)?;
-    ensure!(
-        status.code() == Some(143),
-        "tenure exited with {status:?}: {}",
-        run.stderr()
-    );
+    run.exits_with(143, QUICK)?;
     Ok(())
 }
 
@@ -570,7 +508,7 @@ fn a_command_that_changed_credentials_dies_with_a_sigkilled_tenure() -> Outcome 
         "--regid=65534",
         "--clear-groups",
     ];
-    let (mut run, pid) = pid_printer("run", &dir, &[], &setpriv)?;
+    let (mut run, pid) = pid_printer(&dir, &[], &setpriv)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     ensure!(
         status
@@ -578,8 +516,7 @@ fn a_command_that_changed_credentials_dies_with_a_sigkilled_tenure() -> Outcome 
             .any(|l| l.starts_with("Uid:") && l.contains("65534")),
         "the command did not change its user:\n{status}"
     );
-    run.signal(libc::SIGKILL);
-    run.wait(QUICK)?;
+    run.end(libc::SIGKILL, QUICK)?;
     let gone = wait_until(
         "the command to die with tenure",
         Duration::from_secs(2),
@@ -594,17 +531,7 @@ fn a_command_that_changed_credentials_dies_with_a_sigkilled_tenure() -> Outcome 
 fn an_inherited_ignored_sighup_stays_ignored() -> Outcome {
     use std::os::unix::process::CommandExt;
     let dir = scratch("nohup");
-    let mut command = tenure([
-        "run",
-        "-b",
-        "memory://",
-        "-k",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo $$; exec sleep 600",
-    ]);
+    let mut command = pid_printing_run(&[], &[]);
     // As `nohup` starts it.
     // SAFETY: signal(2) is async-signal-safe.
     unsafe {
@@ -614,14 +541,7 @@ fn an_inherited_ignored_sighup_stays_ignored() -> Outcome {
         });
     }
     let mut run = Background::start("run", command, &dir)?;
-    let pid = wait_until("the command's pid", QUICK, || {
-        run.stdout()
-            .lines()
-            .next()?
-            .trim()
-            .parse::<libc::pid_t>()
-            .ok()
-    })?;
+    let pid = printed_pid(&run)?;
     ensure!(
         signal_status(pid, "SigIgn").is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) != 0),
         "the command of a tenure started with SIGHUP ignored does not ignore it: SigIgn {:x?}",
@@ -639,38 +559,15 @@ fn an_inherited_ignored_sighup_stays_ignored() -> Outcome {
         run.stderr()
     );
     run.signal(libc::SIGTERM);
-    let (status, _) = run.wait(QUICK)?;
-    ensure!(
-        status.code() == Some(143),
-        "tenure exited with {status:?}: {}",
-        run.stderr()
-    );
+    run.exits_with(143, QUICK)?;
     Ok(())
 }
 
 fn a_command_stopped_by_sigttin_ends_the_term() -> Outcome {
     // As a command that reads the terminal from a background group is stopped.
-    let out = finish(
-        tenure([
-            "run",
-            "-b",
-            "memory://",
-            "-k",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "kill -TTIN $$; echo went on",
-        ]),
-        Duration::from_secs(5),
-    )?;
-    ensure!(out.code() == Some(143), "{out:?}");
-    ensure!(
-        out.stderr.contains("stopped for using the terminal"),
-        "{}",
-        out.stderr
-    );
-    Ok(())
+    let command = memory_run(&[], &["sh", "-c", "kill -TTIN $$; echo went on"]);
+    let out = finish(command, Duration::from_secs(5))?;
+    out.exits_with(143, &["stopped for using the terminal"])
 }
 
 fn the_backend_url_comes_from_the_flag_else_the_file_else_the_environment() -> Outcome {
@@ -689,94 +586,49 @@ fn the_backend_url_comes_from_the_flag_else_the_file_else_the_environment() -> O
         finish(command, QUICK)
     };
     // The flag wins over the file and the variable, the file over the variable.
-    let out = status(
+    status(
         &["-b", "memory://", "--backend-file", "/no/such/file"],
         Some("consul://x"),
-    )?;
-    ensure!(out.code() == Some(1), "flag: {out:?}");
-    let out = status(&["--backend-file", &file], Some("consul://x"))?;
-    ensure!(out.code() == Some(1), "file: {out:?}");
-    let out = status(&[], Some("memory://"))?;
-    ensure!(out.code() == Some(1), "environment: {out:?}");
+    )?
+    .exits_with(1, &[])?;
+    status(&["--backend-file", &file], Some("consul://x"))?.exits_with(1, &[])?;
+    status(&[], Some("memory://"))?.exits_with(1, &[])?;
     // Each source's errors name it.
-    let out = status(&[], Some("consul://x"))?;
-    ensure!(
-        out.code() == Some(2) && out.stderr.contains("unknown scheme \"consul\""),
-        "{out:?}"
-    );
-    let out = status(&["--backend-file", "/no/such/file"], None)?;
-    ensure!(
-        out.code() == Some(2)
-            && out.stderr.contains("invalid backend-file")
-            && out.stderr.contains("/no/such/file"),
-        "{out:?}"
-    );
-    let out = status(&[], None)?;
-    ensure!(
-        out.code() == Some(2)
-            && out.stderr.contains("missing backend")
-            && out.stderr.contains("--backend")
-            && out.stderr.contains("TENURE_BACKEND"),
-        "{out:?}"
-    );
-    Ok(())
+    status(&[], Some("consul://x"))?.exits_with(2, &["unknown scheme \"consul\""])?;
+    status(&["--backend-file", "/no/such/file"], None)?
+        .exits_with(2, &["invalid backend-file", "/no/such/file"])?;
+    status(&[], None)?.exits_with(2, &["missing backend", "--backend", "TENURE_BACKEND"])
 }
 
 fn shell_runs_the_words_with_sh_and_no_stdin_gives_none() -> Outcome {
     let dir = scratch("shell");
-    let out = finish(
-        tenure([
-            "run",
-            "-b",
-            "memory://",
-            "-k",
-            "job",
-            "--shell",
-            "--",
-            "exit",
-            "$((3",
-            "+",
-            "4))",
-        ]),
-        QUICK,
-    )?;
-    ensure!(out.code() == Some(7), "--shell: {out:?}");
+    let words = ["exit", "$((3", "+", "4))"];
+    finish(memory_run(&["--shell"], &words), QUICK)?.exits_with(7, &[])?;
     let input = dir.join("input");
     std::fs::write(&input, "from tenure's stdin\n")?;
-    for (flag, expected) in [(None, "from tenure's stdin\n"), (Some("--no-stdin"), "")] {
-        let mut args = vec!["run", "-b", "memory://", "-k", "job"];
-        args.extend(flag);
-        args.extend(["--", "cat"]);
-        let mut command = tenure(&args);
+    for (flags, expected) in [
+        (&[][..], "from tenure's stdin\n"),
+        (&["--no-stdin"][..], ""),
+    ] {
+        let mut command = memory_run(flags, &["cat"]);
         command.stdin(std::fs::File::open(&input)?);
         let out = finish(command, QUICK)?;
-        ensure!(
-            out.code() == Some(0) && out.stdout == expected,
-            "{flag:?}: {out:?}"
-        );
+        out.exits_with(0, &[])?;
+        ensure!(out.stdout == expected, "{flags:?}: {out:?}");
     }
     Ok(())
 }
 
 fn campaign_prints_when_leading_and_holds_until_sigterm() -> Outcome {
-    let dir = scratch("campaign");
-    let mut campaign = Background::start(
+    let mut campaign = in_background(
         "campaign",
-        tenure(["campaign", "-b", "memory://", "-i", "me", "billing"]),
-        &dir,
+        &["campaign", "-b", "memory://", "-i", "me", "billing"],
     )?;
-    let line = wait_until("the leading line", QUICK, || {
-        campaign.stdout().lines().next().map(str::to_owned)
-    })?;
+    let line = campaign.first_line("the leading line", QUICK)?;
     ensure!(line.starts_with("leading billing as me token="), "{line}");
     ensure!(!process_gone(campaign.pid), "campaign did not hold");
     campaign.signal(libc::SIGTERM);
-    let (status, _) = campaign.wait(QUICK)?;
-    ensure!(
-        status.code() == Some(0),
-        "{status:?}: {}",
-        campaign.stderr()
-    );
+    campaign.exits_with(0, QUICK)?;
     Ok(())
 }
 
@@ -784,57 +636,28 @@ fn campaign_prints_when_leading_and_holds_until_sigterm() -> Outcome {
 
 fn etcd_a_ttl_below_the_minimum_is_refused_naming_ttl() -> Outcome {
     let etcd = etcd::shared();
+    let url = etcd.url();
     for ttl in ["500ms", "1500ms"] {
-        let out = finish(
-            tenure([
-                "run",
-                "-b",
-                &etcd.url(),
-                "-k",
-                "k",
-                "--ttl",
-                ttl,
-                "--",
-                "true",
-            ]),
-            QUICK,
+        refused(
+            &["run", "-b", &url, "-k", "k", "--ttl", ttl, "--", "true"],
+            &["invalid ttl"],
         )?;
-        ensure!(out.code() == Some(2), "{ttl}: {out:?}");
-        ensure!(out.stderr.contains("invalid ttl"), "{ttl}: {}", out.stderr);
     }
     ensure!(etcd.candidates("k") == 0, "an invalid run wrote to etcd");
     Ok(())
 }
 
 fn etcd_two_runs_never_overlap_and_tokens_increase() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("alternate");
-    let out = dir.join("intervals");
+    let election = Election::new("alternate", "alternate");
     // Each term: `<token> <start ns> <end ns> <identity>`, 300 ms of "work".
     let script = r#"start=$(date +%s%N); sleep 0.3; echo "$TENURE_FENCING_TOKEN $start $(date +%s%N) $TENURE_IDENTITY" >> "$OUT""#;
+    let respawn = ["--respawn", "--respawn-delay", "0s"];
     let mut runs = Vec::new();
     for identity in ["a", "b"] {
-        let mut command = tenure([
-            "run",
-            "--backend",
-            &etcd.url(),
-            "--key",
-            "alternate",
-            "--identity",
-            identity,
-            "--ttl",
-            TTL,
-            "--respawn",
-            "--respawn-delay",
-            "0s",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ]);
-        command.env("OUT", &out);
-        runs.push(Background::start(identity, command, &dir)?);
+        let command = election.run(identity, &respawn, script);
+        runs.push(Background::start(identity, command, &election.dir)?);
     }
+    let out = election.out();
     wait_until("six terms", Duration::from_secs(20), || {
         (lines(&out).len() >= 6).then_some(())
     })?;
@@ -883,115 +706,61 @@ fn etcd_two_runs_never_overlap_and_tokens_increase() -> Outcome {
 }
 
 fn etcd_sigkill_of_the_leader_kills_its_command_and_the_standby_takes_over_within_ttl() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("sigkill");
-    let out = dir.join("started");
-    let key = "failover";
-    let mut a = sleeper(&etcd, key, "a", &dir)?;
-    let first = started_by(&out, "a", QUICK)?;
-    let mut b = sleeper(&etcd, key, "b", &dir)?;
-    wait_until("b to queue up", QUICK, || {
-        (etcd.candidates(key) == 2).then_some(())
-    })?;
+    let election = Election::new("sigkill", "failover");
+    let (mut a, first, mut b) = election.leader_and_standby()?;
     let killed_at = now_ns();
-    a.signal(libc::SIGKILL);
-    a.wait(QUICK)?;
+    a.end(libc::SIGKILL, QUICK)?;
     wait_until("a's command to die with a", Duration::from_secs(1), || {
         process_gone(first.pid).then_some(())
     })?;
-    let second = started_by(&out, "b", Duration::from_secs(5))?;
-    let takeover = Duration::from_nanos((second.at_ns - killed_at).max(0) as u64);
-    println!(
-        "    take-over after SIGKILL of the leader: {} ms (TTL {TTL})",
-        takeover.as_millis()
-    );
-    ensure!(
-        takeover < Duration::from_secs(2),
-        "b took over {takeover:?} after a was killed; TTL + 1 s is the bound"
-    );
-    ensure!(
-        second.token > first.token,
-        "tokens: a {} then b {}",
-        first.token,
-        second.token
-    );
-    b.signal(libc::SIGTERM);
-    b.wait(QUICK)?;
+    let second = election.started_by("b", Duration::from_secs(5))?;
+    // TTL + 1 s.
+    let bound = Duration::from_secs(2);
+    took_over_within(&first, &second, killed_at, "the SIGKILL of a", bound)?;
+    b.end(libc::SIGTERM, QUICK)?;
     Ok(())
 }
 
 fn etcd_sigterm_hands_over_within_100ms() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("sigterm");
-    let out = dir.join("started");
-    let key = "handover";
-    let mut a = sleeper(&etcd, key, "a", &dir)?;
-    let first = started_by(&out, "a", QUICK)?;
-    let mut b = sleeper(&etcd, key, "b", &dir)?;
-    wait_until("b to queue up", QUICK, || {
-        (etcd.candidates(key) == 2).then_some(())
-    })?;
+    let election = Election::new("sigterm", "handover");
+    let (mut a, first, mut b) = election.leader_and_standby()?;
     a.signal(libc::SIGTERM);
-    let (status, exited_at) = a.wait(QUICK)?;
     // The command (sleep) died of the forwarded SIGTERM: 128 + 15.
-    ensure!(
-        status.code() == Some(143),
-        "a exited with {status:?}: {}",
-        a.stderr()
-    );
+    let exited_at = a.exits_with(143, QUICK)?;
     ensure!(process_gone(first.pid), "a's command outlived a");
-    let second = started_by(&out, "b", QUICK)?;
+    let second = election.started_by("b", QUICK)?;
     let exited_ns = exited_at
         .duration_since(std::time::UNIX_EPOCH)
         .expect("after 1970")
         .as_nanos() as i128;
-    let handover_ms = (second.at_ns - exited_ns) as f64 / 1e6;
-    println!("    hand-over after SIGTERM: b's command started {handover_ms:.1} ms after a exited");
-    ensure!(
-        handover_ms < 100.0,
-        "b's command started {handover_ms:.1} ms after a exited"
-    );
-    ensure!(
-        second.token > first.token,
-        "tokens: a {} then b {}",
-        first.token,
-        second.token
-    );
-    b.signal(libc::SIGTERM);
-    b.wait(QUICK)?;
+    let bound = Duration::from_millis(100);
+    took_over_within(&first, &second, exited_ns, "a exited on SIGTERM", bound)?;
+    b.end(libc::SIGTERM, QUICK)?;
     Ok(())
 }
 
 fn etcd_status_and_watch_follow_a_led_key() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("observed");
-    let out = dir.join("started");
-    let key = "observed";
-    let url = etcd.url();
+    let election = Election::new("observed", "observed");
+    let (key, url) = (election.key, election.etcd.url());
+    let status = || finish(tenure(["status", "-b", &url, "-k", key]), QUICK);
 
-    let vacant = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
-    ensure!(vacant.code() == Some(1), "{vacant:?}");
+    status()?.exits_with(1, &[])?;
 
-    let mut leader = sleeper(&etcd, key, "a", &dir)?;
-    let term = started_by(&out, "a", QUICK)?;
-    let status = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
-    ensure!(status.code() == Some(0), "{status:?}");
-    ensure!(status.stdout.contains("leader:  a\n"), "{}", status.stdout);
-    ensure!(
-        status
-            .stdout
-            .contains(&format!("token:   {}\n", term.token)),
-        "{}",
-        status.stdout
-    );
-    ensure!(
-        status.stdout.contains("when this command looked"),
-        "{}",
-        status.stdout
-    );
-    let json = finish(tenure(["status", "-b", &url, "-k", key, "--json"]), QUICK)?;
-    let value: Value =
-        serde_json::from_str(&json.stdout).map_err(|e| format!("{e}: {}", json.stdout))?;
+    let mut leader = election.sleeper("a")?;
+    let term = election.started_by("a", QUICK)?;
+    let text = status()?;
+    text.exits_with(0, &[])?;
+    mentions_all(
+        "status",
+        &text.stdout,
+        &[
+            "leader:  a\n",
+            &format!("token:   {}\n", term.token),
+            "when this command looked",
+        ],
+    )?;
+    let out = finish(tenure(["status", "-b", &url, "-k", key, "--json"]), QUICK)?;
+    let value = json(&out.stdout)?;
     ensure!(
         value["leader"]["identity"] == "a" && value["leader"]["token"] == term.token,
         "{value}"
@@ -1000,9 +769,9 @@ fn etcd_status_and_watch_follow_a_led_key() -> Outcome {
     let mut watch = Background::start(
         "watch",
         tenure(["watch", "-b", &url, "-k", key, "--json"]),
-        &dir,
+        &election.dir,
     )?;
-    let events = |watch: &Background| -> Vec<Value> {
+    let events = |watch: &Background| -> Vec<serde_json::Value> {
         watch
             .stdout()
             .lines()
@@ -1016,88 +785,53 @@ fn etcd_status_and_watch_follow_a_led_key() -> Outcome {
         first["event"] == "elected" && first["identity"] == "a" && first["token"] == term.token,
         "{first}"
     );
-    leader.signal(libc::SIGTERM);
-    leader.wait(QUICK)?;
+    leader.end(libc::SIGTERM, QUICK)?;
     let second = wait_until("watch to see the vacancy", QUICK, || {
         events(&watch).into_iter().nth(1)
     })?;
     ensure!(second["event"] == "vacant", "{second}");
     watch.signal(libc::SIGTERM);
-    let (status, _) = watch.wait(QUICK)?;
-    ensure!(
-        status.code() == Some(0),
-        "watch: {status:?}: {}",
-        watch.stderr()
-    );
-    let text = finish(tenure(["status", "-b", &url, "-k", key]), QUICK)?;
-    ensure!(text.code() == Some(1), "after the leader left: {text:?}");
-    Ok(())
+    watch.exits_with(0, QUICK)?;
+    // After the leader left.
+    status()?.exits_with(1, &[])
 }
 
 fn etcd_a_leader_cut_off_from_etcd_kills_its_command_before_the_lease_can_expire() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("paused");
-    let out = dir.join("started");
+    let election = Election::new("paused", "paused");
     // The command ignores SIGTERM (and so does the sleep it becomes): only
     // SIGKILL stops it.
-    let script = format!("trap '' TERM; {SLEEPER}");
-    let mut command = tenure([
-        "run",
-        "-v",
-        "--backend",
-        &etcd.url(),
-        "--key",
-        "paused",
-        "--identity",
-        "a",
-        "--ttl",
-        TTL,
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    command.env("OUT", &out);
-    let mut a = Background::start("a", command, &dir)?;
-    let term = started_by(&out, "a", QUICK)?;
-    let paused = etcd.pause();
-    // No renewal can succeed from here on, so the lease's local deadline is
-    // at most one TTL away (the server's own expiry is later still).
-    let frozen = Instant::now();
-    let dead = wait_until("the command to be killed", Duration::from_secs(3), || {
-        process_gone(term.pid).then(Instant::now)
-    })?;
-    let after = dead - frozen;
-    println!(
-        "    command SIGKILLed {} ms after etcd froze (TTL {TTL})",
-        after.as_millis()
-    );
-    ensure!(
-        after < Duration::from_secs(1),
-        "the command outlived the TTL: {after:?}"
-    );
-    let (status, _) = a.wait(Duration::from_secs(15))?;
-    ensure!(
-        status.code() == Some(75),
-        "tenure exited with {status:?}: {}",
-        a.stderr()
-    );
+    let mut a = election.start("a", &format!("trap '' TERM; {SLEEPER}"))?;
+    let term = election.started_by("a", QUICK)?;
+    let paused = election.freeze_under(term.pid, "")?;
+    a.exits_with(75, Duration::from_secs(15))?;
     ensure!(a.stderr().contains("SIGKILL"), "{}", a.stderr());
     drop(paused);
     Ok(())
 }
 
+fn etcd_a_standard_error_nobody_reads_holds_up_no_kill() -> Outcome {
+    let election = Election::new("stderr-full", "stderr-full");
+    let mut command = election.run("a", &[], &format!("trap '' TERM; {SLEEPER}"));
+    let (mut pipe, write) = FullPipe::new()?;
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(write));
+    let mut a = command.spawn()?;
+    let term = election.started_by("a", QUICK)?;
+    // A log shipper that stalled: every line tenure writes now blocks.
+    pipe.fill();
+    let killed = election
+        .freeze_under(term.pid, "with standard error full: ")
+        .map(drop);
+    let _ = a.kill();
+    drop(pipe.read);
+    let _ = a.wait();
+    killed
+}
+
 fn etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("sigstop");
-    let out = dir.join("started");
-    let key = "stopped";
-    let mut a = sleeper(&etcd, key, "a", &dir)?;
-    let first = started_by(&out, "a", QUICK)?;
-    let mut b = sleeper(&etcd, key, "b", &dir)?;
-    wait_until("b to queue up", QUICK, || {
-        (etcd.candidates(key) == 2).then_some(())
-    })?;
+    let election = Election::new("sigstop", "stopped");
+    let (mut a, first, mut b) = election.leader_and_standby()?;
     // When a's command is gone (dead, even if unreaped), to the millisecond.
     let pid = first.pid;
     let (tx, gone) = std::sync::mpsc::channel();
@@ -1113,7 +847,7 @@ fn etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts() -> O
     });
     let stopped_at = now_ns();
     a.signal(libc::SIGSTOP);
-    let second = started_by(&out, "b", Duration::from_secs(5))?;
+    let second = election.started_by("b", Duration::from_secs(5))?;
     let after_ms = |ns: i128| (ns - stopped_at) as f64 / 1e6;
     let Ok(gone_at) = gone.try_recv() else {
         support::signal(pid, libc::SIGKILL);
@@ -1139,66 +873,31 @@ fn etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts() -> O
         after_ms(gone_at)
     );
     a.signal(libc::SIGCONT);
-    let (status, _) = a.wait(QUICK)?;
-    ensure!(
-        status.code() == Some(75),
-        "a exited with {status:?}: {}",
-        a.stderr()
-    );
-    b.signal(libc::SIGTERM);
-    b.wait(QUICK)?;
+    a.exits_with(75, QUICK)?;
+    b.end(libc::SIGTERM, QUICK)?;
     Ok(())
 }
 
 fn etcd_timeout_gives_up_campaigning_with_status_124() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("timeout");
-    let out = dir.join("started");
-    let key = "busy";
-    let mut a = sleeper(&etcd, key, "a", &dir)?;
-    started_by(&out, "a", QUICK)?;
-    let url = etcd.url();
+    let election = Election::new("timeout", "busy");
+    let (key, url) = (election.key, election.etcd.url());
+    let mut a = election.sleeper("a")?;
+    election.started_by("a", QUICK)?;
+    let flags = ["-b", &url, "-k", key, "--ttl", TTL, "--timeout", "500ms"];
     let run = finish(
-        tenure([
-            "run",
-            "-b",
-            &url,
-            "-k",
-            key,
-            "--ttl",
-            TTL,
-            "--timeout",
-            "500ms",
-            "--",
-            "true",
-        ]),
+        tenure([&["run"][..], &flags, &["--", "true"]].concat()),
         QUICK,
     )?;
-    ensure!(run.code() == Some(124), "run: {run:?}");
-    ensure!(run.stderr.contains("--timeout"), "{}", run.stderr);
+    run.exits_with(124, &["--timeout"])?;
     ensure!(run.took < Duration::from_secs(3), "run took {:?}", run.took);
-    let campaign = finish(
-        tenure([
-            "campaign",
-            "-b",
-            &url,
-            "-k",
-            key,
-            "--ttl",
-            TTL,
-            "--timeout",
-            "500ms",
-        ]),
-        QUICK,
-    )?;
-    ensure!(campaign.code() == Some(124), "campaign: {campaign:?}");
+    let campaign = finish(tenure([&["campaign"][..], &flags].concat()), QUICK)?;
+    campaign.exits_with(124, &[])?;
     ensure!(campaign.stdout.is_empty(), "{campaign:?}");
     ensure!(
-        etcd.candidates(key) == 1,
+        election.etcd.candidates(key) == 1,
         "a timed-out candidate stayed queued"
     );
-    a.signal(libc::SIGTERM);
-    a.wait(QUICK)?;
+    a.end(libc::SIGTERM, QUICK)?;
     Ok(())
 }
 
@@ -1234,56 +933,4 @@ impl FullPipe {
         use std::io::Write;
         while self.filler.write(&[b'x'; 512]).is_ok() {}
     }
-}
-
-use std::os::unix::fs::OpenOptionsExt;
-
-fn etcd_a_standard_error_nobody_reads_holds_up_no_kill() -> Outcome {
-    let etcd = etcd::shared();
-    let dir = scratch("stderr-full");
-    let out = dir.join("started");
-    let script = format!("trap '' TERM; {SLEEPER}");
-    let mut command = tenure([
-        "run",
-        "--backend",
-        &etcd.url(),
-        "--key",
-        "stderr-full",
-        "--identity",
-        "a",
-        "--ttl",
-        TTL,
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    let (mut pipe, write) = FullPipe::new()?;
-    command
-        .env("OUT", &out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::from(write));
-    let mut a = command.spawn()?;
-    let term = started_by(&out, "a", QUICK)?;
-    // A log shipper that stalled: every line tenure writes now blocks.
-    pipe.fill();
-    let paused = etcd.pause();
-    let frozen = Instant::now();
-    let dead = wait_until("the command to be killed", Duration::from_secs(3), || {
-        process_gone(term.pid).then(Instant::now)
-    });
-    drop(paused);
-    let _ = a.kill();
-    drop(pipe.read);
-    let _ = a.wait();
-    let after = dead? - frozen;
-    println!(
-        "    with standard error full: command SIGKILLed {} ms after etcd froze (TTL {TTL})",
-        after.as_millis()
-    );
-    ensure!(
-        after < Duration::from_secs(1),
-        "the command outlived the TTL: {after:?}"
-    );
-    Ok(())
 }

@@ -8,9 +8,8 @@ use tokio::process::Command;
 
 use crate::deploy::{ctx, BenchResult};
 use crate::error::BenchError;
-use crate::figures::{Figure, Measure};
-use crate::process::{trial, Markers, Stop};
-use crate::tenure_measures::fresh_key;
+use crate::figures::Figure;
+use crate::process::{LinePeer, Markers, Stop};
 
 /// The peer's name in the tables.
 pub const NAME: &str = "Curator LeaderLatch 5.4";
@@ -93,43 +92,21 @@ pub async fn measure(
     ttl: Duration,
     trials: usize,
 ) -> Figure {
-    let measure = match stop {
-        Stop::Interrupt => Measure::Handover,
-        Stop::Kill => Measure::Failover,
-    };
     let classpath = match classpath {
         Ok(cp) => cp,
-        Err(e) => return Figure::missing(measure, label, NAME, e.to_string()),
+        Err(e) => return Figure::missing(stop.measure(), label, NAME, e.to_string()),
     };
-    let mut samples = Vec::new();
-    let mut errors = Vec::new();
-    for _ in 0..trials {
-        let path = format!("/{}", fresh_key("curator"));
-        match trial(
-            || command(classpath, endpoints, &path, ttl),
-            MARKERS,
-            stop,
-            ttl * 10,
-        )
-        .await
-        {
-            Ok(d) if stop == Stop::Kill => {
-                samples.push((d.as_secs_f64() - ttl.as_secs_f64()) * 1000.0)
-            }
-            Ok(d) => samples.push(d.as_secs_f64() * 1000.0),
-            Err(e) => errors.push(e),
-        }
-    }
-    let mut f = Figure::new(measure, label, NAME);
-    f.set_ms(&samples);
-    if stop == Stop::Kill {
-        f.ttl_ms = Some(ttl.as_secs_f64() * 1000.0);
-        f = f.with_note(format!("session timeout {} s, SIGKILL", ttl.as_secs()));
-    } else {
-        f = f.with_note("SIGINT; includes the JVM's shutdown-hook path");
-    }
-    if let Some(e) = errors.first() {
-        f = f.with_note(format!("{} trials failed: {e}", errors.len()));
-    }
-    f
+    let peer = LinePeer {
+        name: NAME,
+        markers: MARKERS,
+        ttl,
+        limit: ttl * 10,
+        key_prefix: "curator",
+    };
+    let note = match stop {
+        Stop::Kill => format!("session timeout {} s, SIGKILL", ttl.as_secs()),
+        Stop::Interrupt => "SIGINT; includes the JVM's shutdown-hook path".to_owned(),
+    };
+    let command = |key: &str| command(classpath, endpoints, &format!("/{key}"), ttl);
+    peer.measure(label, stop, trials, command, &note).await
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use etcd_client::{Client, LeaderKey};
 use tokio::time::Instant;
 
-use crate::deploy::{ctx, BenchResult};
+use crate::deploy::{ctx, BenchResult, Deployment};
 use crate::figures::{Figure, Measure};
-use crate::tenure_measures::fresh_key;
+use crate::sampling::{after_warm_up, fresh_key, timed};
 
 /// The peer's name in the tables.
 pub const NAME: &str = "etcd election API (etcd-client ElectionClient)";
@@ -19,16 +19,10 @@ async fn connect(endpoints: &[String]) -> BenchResult<Client> {
 
 /// Acquire (lease grant + campaign on a free election, as tenure's acquire
 /// grants its lease too) and renew (one keep-alive round trip).
-pub async fn latency(
-    label: &str,
-    endpoints: &[String],
-    ttl: Duration,
-    samples: usize,
-) -> BenchResult<[Figure; 2]> {
-    let mut client = connect(endpoints).await?;
+pub async fn latency(d: &Deployment, ttl: Duration, samples: usize) -> BenchResult<[Figure; 2]> {
+    let mut client = connect(&d.endpoints()).await?;
     let secs = ttl.as_secs().max(1) as i64;
-    let mut acquires = Vec::with_capacity(samples);
-    for i in 0..samples + 5 {
+    let acquires = after_warm_up(samples, async || {
         let name = fresh_key("ec-acquire");
         let start = Instant::now();
         let lease = ctx("lease grant", client.lease_grant(secs, None).await)?;
@@ -45,23 +39,22 @@ pub async fn latency(
             )?;
         }
         ctx("revoke", client.lease_revoke(lease.id()).await)?;
-        if i >= 5 {
-            acquires.push(took);
-        }
-    }
+        Ok(took)
+    })
+    .await?;
     let lease = ctx("lease grant", client.lease_grant(secs, None).await)?;
     let (mut keeper, mut answers) = ctx("keep-alive", client.lease_keep_alive(lease.id()).await)?;
-    let mut renewals = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let start = Instant::now();
+    let renewals = timed(samples, async || {
         ctx("keep-alive", keeper.keep_alive().await)?;
         ctx("keep-alive answer", answers.message().await)?;
-        renewals.push(start.elapsed());
-    }
+        Ok(())
+    })
+    .await?;
     let _ = client.lease_revoke(lease.id()).await;
+    let label = d.server.label();
     Ok([
-        Figure::latency(Measure::Acquire, label, NAME, &acquires),
-        Figure::latency(Measure::Renew, label, NAME, &renewals)
+        Figure::latency(Measure::Acquire, &label, NAME, &acquires),
+        Figure::latency(Measure::Renew, &label, NAME, &renewals)
             .with_note("one LeaseKeepAlive round trip"),
     ])
 }
@@ -69,9 +62,10 @@ pub async fn latency(
 /// Hand-over: two clients on their own connections; the leader resigns, the
 /// standby's pending `campaign` returns. Leases are long enough that no
 /// keep-alive is needed within a trial.
-pub async fn handover(label: &str, endpoints: &[String], trials: usize) -> BenchResult<Figure> {
-    let mut a = connect(endpoints).await?;
-    let b = connect(endpoints).await?;
+pub async fn handover(d: &Deployment, trials: usize) -> BenchResult<Figure> {
+    let endpoints = d.endpoints();
+    let mut a = connect(&endpoints).await?;
+    let b = connect(&endpoints).await?;
     let name = fresh_key("ec-handover");
     let mut samples = Vec::with_capacity(trials);
     for _ in 0..trials {
@@ -112,5 +106,6 @@ pub async fn handover(label: &str, endpoints: &[String], trials: usize) -> Bench
         let _ = standby.lease_revoke(lease_b).await;
         let _ = a.lease_revoke(la.id()).await;
     }
-    Ok(Figure::latency(Measure::Handover, label, NAME, &samples))
+    let label = d.server.label();
+    Ok(Figure::latency(Measure::Handover, &label, NAME, &samples))
 }

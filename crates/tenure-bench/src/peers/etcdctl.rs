@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use crate::figures::{Figure, Measure};
-use crate::process::{trial, Markers, Stop};
-use crate::tenure_measures::fresh_key;
+use crate::figures::Figure;
+use crate::process::{LinePeer, Markers, Stop};
 
 /// The peer's name in the tables.
 pub const NAME: &str = "etcdctl elect";
@@ -43,10 +42,7 @@ const LINES: Markers = Markers {
 
 /// Hand-over (SIGINT → resign) or crash failover (SIGKILL; minus the 60 s TTL).
 pub async fn measure(label: &str, endpoints: &[String], stop: Stop, trials: usize) -> Figure {
-    let measure = match stop {
-        Stop::Interrupt => Measure::Handover,
-        Stop::Kill => Measure::Failover,
-    };
+    let measure = stop.measure();
     if version().is_none() {
         return Figure::missing(measure, label, NAME, "not available: etcdctl not installed");
     }
@@ -58,29 +54,17 @@ pub async fn measure(label: &str, endpoints: &[String], stop: Stop, trials: usiz
             "not run in this mode: its session TTL is fixed at 60 s, a trial takes over a minute",
         );
     }
-    let mut samples = Vec::new();
-    let mut errors = Vec::new();
-    for _ in 0..trials {
-        let name = fresh_key("etcdctl");
-        let limit = TTL + Duration::from_secs(15);
-        match trial(|| command(endpoints, &name), LINES, stop, limit).await {
-            Ok(d) if stop == Stop::Kill => {
-                samples.push((d.as_secs_f64() - TTL.as_secs_f64()) * 1000.0)
-            }
-            Ok(d) => samples.push(d.as_secs_f64() * 1000.0),
-            Err(e) => errors.push(e),
-        }
-    }
-    let mut f = Figure::new(measure, label, NAME);
-    f.set_ms(&samples);
-    if stop == Stop::Kill {
-        f.ttl_ms = Some(TTL.as_secs_f64() * 1000.0);
-        f = f.with_note("TTL 60 s (etcdctl's fixed session TTL)");
-    } else {
-        f = f.with_note("includes signal delivery and the process's own exit path");
-    }
-    if let Some(e) = errors.first() {
-        f = f.with_note(format!("{} trials failed: {e}", errors.len()));
-    }
-    f
+    let peer = LinePeer {
+        name: NAME,
+        markers: LINES,
+        ttl: TTL,
+        limit: TTL + Duration::from_secs(15),
+        key_prefix: "etcdctl",
+    };
+    let note = match stop {
+        Stop::Kill => "TTL 60 s (etcdctl's fixed session TTL)",
+        Stop::Interrupt => "includes signal delivery and the process's own exit path",
+    };
+    let command = |name: &str| command(endpoints, name);
+    peer.measure(label, stop, trials, command, note).await
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use rslock::LockManager;
 use tokio::time::Instant;
 
-use crate::deploy::{ctx, BenchResult};
+use crate::deploy::{ctx, BenchResult, Deployment};
 use crate::figures::{Figure, Measure};
-use crate::tenure_measures::fresh_key;
+use crate::sampling::{after_warm_up, fresh_key, timed};
 
 /// The peer's name in the tables.
 pub const NAME: &str = "rslock 0.10";
@@ -24,49 +24,38 @@ fn manager(endpoints: &[String]) -> LockManager {
 }
 
 /// Acquire (one `lock` on a free resource) and renew (`extend`).
-pub async fn latency(
-    label: &str,
-    endpoints: &[String],
-    ttl: Duration,
-    samples: usize,
-) -> BenchResult<[Figure; 2]> {
-    let m = manager(endpoints);
-    let mut acquires = Vec::with_capacity(samples);
-    for i in 0..samples + 5 {
+pub async fn latency(d: &Deployment, ttl: Duration, samples: usize) -> BenchResult<[Figure; 2]> {
+    let m = manager(&d.endpoints());
+    let acquires = after_warm_up(samples, async || {
         let key = fresh_key("rslock");
         let start = Instant::now();
         let lock = ctx("lock", m.lock(key.as_bytes(), ttl).await)?;
         let took = start.elapsed();
         m.unlock(&lock).await;
-        if i >= 5 {
-            acquires.push(took);
-        }
-    }
+        Ok(took)
+    })
+    .await?;
     let key = fresh_key("rslock-renew");
     let mut lock = ctx("lock", m.lock(key.as_bytes(), ttl).await)?;
-    let mut renewals = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let start = Instant::now();
+    let renewals = timed(samples, async || {
         lock = ctx("extend", m.extend(&lock, ttl).await)?;
-        renewals.push(start.elapsed());
-    }
+        Ok(())
+    })
+    .await?;
     m.unlock(&lock).await;
+    let label = d.server.label();
     Ok([
-        Figure::latency(Measure::Acquire, label, NAME, &acquires),
-        Figure::latency(Measure::Renew, label, NAME, &renewals),
+        Figure::latency(Measure::Acquire, &label, NAME, &acquires),
+        Figure::latency(Measure::Renew, &label, NAME, &renewals),
     ])
 }
 
 /// Hand-over: the holder unlocks; a standby looping in `acquire` (rslock's
 /// default retry: 3 attempts 200 ms apart per `lock`) gets it.
-pub async fn handover(
-    label: &str,
-    endpoints: &[String],
-    ttl: Duration,
-    trials: usize,
-) -> BenchResult<Figure> {
-    let a = manager(endpoints);
-    let b = manager(endpoints);
+pub async fn handover(d: &Deployment, ttl: Duration, trials: usize) -> BenchResult<Figure> {
+    let endpoints = d.endpoints();
+    let a = manager(&endpoints);
+    let b = manager(&endpoints);
     let key = fresh_key("rslock-handover");
     let mut samples = Vec::with_capacity(trials);
     for _ in 0..trials {
@@ -87,6 +76,7 @@ pub async fn handover(
         samples.push(led - released);
         b.unlock(&lock).await;
     }
-    Ok(Figure::latency(Measure::Handover, label, NAME, &samples)
+    let label = d.server.label();
+    Ok(Figure::latency(Measure::Handover, &label, NAME, &samples)
         .with_note("the standby polls: rslock has no wait or notification"))
 }

@@ -42,6 +42,8 @@ where
 /// A finished command.
 #[derive(Debug)]
 pub struct Finished {
+    /// The command as run (program, arguments, environment changes).
+    pub command: String,
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
@@ -52,6 +54,33 @@ impl Finished {
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }
+
+    /// Fails unless it exited with `code` and its standard error mentions
+    /// each of `mentions`.
+    pub fn exits_with(&self, code: i32, mentions: &[&str]) -> Outcome {
+        ensure!(
+            self.code() == Some(code),
+            "expected status {code}: {self:?}"
+        );
+        mentions_all(
+            &format!("the standard error of {}", self.command),
+            &self.stderr,
+            mentions,
+        )
+    }
+}
+
+/// Fails unless `text` (`what`, in the message) contains each of `needles`.
+pub fn mentions_all(what: &str, text: &str, needles: &[&str]) -> Outcome {
+    for needle in needles {
+        ensure!(text.contains(needle), "{what} lacks {needle:?}:\n{text}");
+    }
+    Ok(())
+}
+
+/// `text` parsed as JSON.
+pub fn json(text: &str) -> Result<serde_json::Value, Failed> {
+    serde_json::from_str(text).map_err(|e| format!("{e}: {text}").into())
 }
 
 /// Runs `command` to its end; fails (and kills it) if that takes over `limit`.
@@ -71,6 +100,7 @@ pub fn finish(mut command: Command, limit: Duration) -> Result<Finished, Failed>
         Ok(output) => {
             let output = output.map_err(|e| format!("waiting for tenure: {e}"))?;
             Ok(Finished {
+                command: format!("{command:?}"),
                 status: output.status,
                 stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
                 stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -212,6 +242,36 @@ impl Background {
         if self.ended.is_none() {
             self.signal_now(signal);
         }
+    }
+
+    /// Sends `signal`, then waits up to `limit` for it to exit.
+    pub fn end(
+        &mut self,
+        signal: libc::c_int,
+        limit: Duration,
+    ) -> Result<(ExitStatus, SystemTime), Failed> {
+        self.signal(signal);
+        self.wait(limit)
+    }
+
+    /// Waits up to `limit` for it to exit; fails unless it exits with
+    /// `code`. Returns when it exited.
+    pub fn exits_with(&mut self, code: i32, limit: Duration) -> Result<SystemTime, Failed> {
+        let (status, at) = self.wait(limit)?;
+        ensure!(
+            status.code() == Some(code),
+            "{} exited with {status:?}, not {code}: {}",
+            self.name,
+            self.stderr()
+        );
+        Ok(at)
+    }
+
+    /// The first line of its standard output, once there is one (waits up to `limit`).
+    pub fn first_line(&self, what: &str, limit: Duration) -> Result<String, Failed> {
+        wait_until(what, limit, || {
+            self.stdout().lines().next().map(str::to_owned)
+        })
     }
 
     fn signal_now(&self, sig: libc::c_int) {
