@@ -27,7 +27,7 @@
 //! assert_eq!((url.user(), url.password()), (Some("me"), Some("p@ss")));
 //! assert_eq!(url.path(), "/base");
 //! assert_eq!(url.take_duration("tick_time")?, Some(Duration::from_millis(200)));
-//! url.finish(&["tick_time"])?;
+//! url.finish()?;
 //! # Ok::<(), tenure_core::Error>(())
 //! ```
 
@@ -64,6 +64,8 @@ pub struct BackendUrl {
     hosts: Vec<Host>,
     path: String,
     params: Vec<(String, String)>,
+    /// The parameters the parser asked for, in order: those it knows.
+    asked: Vec<String>,
     /// The URL as given, its password replaced by `***`: for messages.
     shown: String,
 }
@@ -149,6 +151,7 @@ impl BackendUrl {
             hosts,
             path,
             params,
+            asked: Vec::new(),
             shown,
         })
     }
@@ -203,6 +206,9 @@ impl BackendUrl {
     /// Removes and returns parameter `name`'s value; an error if it is
     /// given more than once.
     pub fn take(&mut self, name: &str) -> Result<Option<String>> {
+        if !self.asked.iter().any(|known| known == name) {
+            self.asked.push(name.to_owned());
+        }
         let mut found = None;
         let mut error = None;
         self.params.retain(|(n, v)| {
@@ -274,13 +280,15 @@ impl BackendUrl {
     }
 
     /// Succeeds if every parameter was taken; else names the first one
-    /// left, and lists `known`.
-    pub fn finish(self, known: &[&str]) -> Result<()> {
+    /// left, and lists those the parser knows: every name it asked for
+    /// (deprecated spellings included), so the list cannot drift from the
+    /// parser.
+    pub fn finish(self) -> Result<()> {
         match self.params.first() {
             None => Ok(()),
             Some((name, _)) => Err(self.invalid(format!(
                 "unknown parameter {name:?} (known: {})",
-                known.join(", ")
+                self.asked.join(", ")
             ))),
         }
     }
@@ -386,12 +394,12 @@ fn parse_host(text: &str) -> std::result::Result<Host, String> {
     })
 }
 
-/// The reason a backend's URL parser gave for refusing `url`: the text of
-/// `result`'s [`Error::InvalidArgument`] naming `url`. For the parsers'
+/// The reason a backend's URL parser `parse` gave for refusing `url`: the
+/// text of its [`Error::InvalidArgument`] naming `url`. For the parsers'
 /// tests: panics, naming `url`, on any other result.
 #[doc(hidden)]
-pub fn refusal(url: &str, result: Result<impl std::fmt::Debug>) -> String {
-    match result {
+pub fn refusal<T: std::fmt::Debug>(parse: impl FnOnce(&str) -> Result<T>, url: &str) -> String {
+    match parse(url) {
         Err(Error::InvalidArgument {
             field: "url",
             reason,
@@ -405,7 +413,7 @@ mod tests {
     use super::*;
 
     fn reason(result: Result<impl std::fmt::Debug>) -> String {
-        refusal("the URL", result)
+        refusal(|_| result, "the URL")
     }
 
     #[test]
@@ -422,7 +430,7 @@ mod tests {
         assert_eq!(url.take("ca").unwrap().as_deref(), Some("/tmp/ca.pem"));
         assert_eq!(url.take("n").unwrap().as_deref(), Some("a b"));
         assert_eq!(url.take("n").unwrap(), None);
-        url.finish(&[]).unwrap();
+        url.finish().unwrap();
     }
 
     #[test]
@@ -458,7 +466,7 @@ mod tests {
     fn unknown_parameters_are_named() {
         let mut url = BackendUrl::parse("zk://h:1?tick_time_ms=5&colour=blue", &["zk"]).unwrap();
         url.take("tick_time_ms").unwrap();
-        let why = reason(url.finish(&["tick_time_ms"]));
+        let why = reason(url.finish());
         assert!(
             why.contains("\"colour\"") && why.contains("known: tick_time_ms"),
             "{why}"
@@ -578,7 +586,7 @@ mod tests {
         }
         let url = BackendUrl::parse("etcd://u:s3cret@a?z=1", &["etcd"]).unwrap();
         assert!(!format!("{url:?}").contains("s3cret"));
-        let why = reason(url.finish(&[]));
+        let why = reason(url.finish());
         assert!(!why.contains("s3cret"), "{why}");
     }
 }

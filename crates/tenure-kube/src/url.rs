@@ -91,7 +91,7 @@ pub(crate) fn parse(text: &str) -> Result<Target> {
         Some(context) if context.is_empty() => return Err(url.invalid("context is empty")),
         context => target.context = context,
     }
-    url.finish(&["namespace", "context", "fencing"])?;
+    url.finish()?;
     Ok(target)
 }
 

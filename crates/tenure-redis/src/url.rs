@@ -9,13 +9,6 @@ use crate::{RedisBackend, RedlockBuilder, RedlockOptions};
 /// Redis's port, for a host the URL gives without one.
 const DEFAULT_PORT: u16 = 6379;
 
-const KNOWN: &[&str] = &[
-    "allow_unfenced",
-    "node_timeout_fraction",
-    "connect_timeout",
-    "watch_poll",
-];
-
 /// Parses a URL into a builder (nothing is connected).
 pub(crate) fn parse(text: &str) -> Result<RedlockBuilder> {
     let mut url = BackendUrl::parse(text, &["redis", "rediss"])?;
@@ -75,7 +68,7 @@ pub(crate) fn parse(text: &str) -> Result<RedlockBuilder> {
         url.user().map(str::to_owned),
         url.password().map(str::to_owned),
     );
-    url.finish(KNOWN)?;
+    url.finish()?;
     if !unfenced {
         return Err(Error::invalid(
             "allow_unfenced",
