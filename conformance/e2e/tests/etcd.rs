@@ -16,14 +16,12 @@ use tenure_core::{ElectionKey, LeaseBackend, Result};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 use tenure_testkit::harness::{Cluster, EtcdAuth, EtcdTokens, ServerStats, Topology};
 use tenure_testkit::{
-    endpoints, harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams,
+    endpoints, harness_error, ClusterServers, Deployment, Upstreams, THREE_NODE_CASES,
 };
 
-/// The suite's candidate process: its cases over `tenure::connect`.
-const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+mod factory;
 
 struct Etcd {
-    cluster: Arc<Cluster>,
     servers: ClusterServers,
     /// A client without proxies, for looking at the server.
     inspector: EtcdBackend,
@@ -74,27 +72,20 @@ async fn deploy(cluster: Cluster, name: &'static str) -> Arc<dyn BackendFactory>
                 }
                 None => v,
             });
-    let cluster = Arc::new(cluster);
     let capabilities = inspector.capabilities();
     let etcd = Etcd {
-        servers: ClusterServers::new(cluster.clone()),
-        cluster,
+        servers: ClusterServers::new(Arc::new(cluster)),
         inspector,
         user,
     };
-    Arc::new(ClusterFactory::new(
-        name,
-        etcd,
-        capabilities,
-        version,
-        CANDIDATE,
-    ))
+    factory::over(name, etcd, capabilities, version)
 }
 
 impl Etcd {
     /// `count` over the counters summed across the cluster's nodes.
     async fn total(&self, count: fn(&ServerStats) -> u64) -> Result<u64> {
-        self.cluster
+        self.servers
+            .cluster()
             .stats_total()
             .await
             .map(|s| count(&s))
@@ -119,7 +110,7 @@ impl Etcd {
 #[async_trait]
 impl Deployment for Etcd {
     fn upstreams(&self) -> Upstreams {
-        Upstreams::nodes_of(&self.cluster)
+        Upstreams::nodes_of(self.servers.cluster())
     }
 
     async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
@@ -129,7 +120,7 @@ impl Deployment for Etcd {
     }
 
     fn candidate_url(&self) -> String {
-        let endpoints = self.cluster.endpoints().join(",");
+        let endpoints = self.servers.cluster().endpoints().join(",");
         match &self.user {
             Some((user, password)) => format!("etcd://{user}:{password}@{endpoints}"),
             None => format!("etcd://{endpoints}"),
@@ -144,7 +135,8 @@ impl Deployment for Etcd {
         // Raft proposals committed: puts, deletes, txns, lease grants and
         // revokes (keep-alives are not proposals). Every node commits all.
         Some(
-            self.cluster
+            self.servers
+                .cluster()
                 .leader_stats()
                 .await
                 .map(|s| s.get("etcd_server_proposals_committed_total"))
@@ -158,7 +150,7 @@ impl Deployment for Etcd {
     }
 
     async fn server_logins(&self) -> Option<Result<u64>> {
-        self.cluster.etcd_auth()?;
+        self.servers.cluster().etcd_auth()?;
         Some(self.total(ServerStats::etcd_logins).await)
     }
 
@@ -206,12 +198,6 @@ fn options(user: &Option<(String, String)>) -> EtcdOptions {
     }
 }
 
-/// Needs 3 nodes.
-const CUT_OFF: &str = "standby_sees_failover_when_its_node_is_cut_off";
-
-/// Needs 3 nodes.
-const OBSERVER_CUT_OFF: &str = "observer_sees_failover_when_its_node_is_cut_off";
-
 /// The image's etcd (Debian's 3.4.23) predates the fix for etcd#15247
 /// (3.4.31, 3.5.13): a frozen leader that resumes revokes the leases it saw
 /// no keep-alive for, though their holders renewed them through the leader
@@ -237,28 +223,23 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 /// The backend takes any TTL above its minimum: no maximum to go over.
 const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
-/// What a 1-node cluster skips, with auth or without.
-const ONE_NODE_SKIPS: &[&str] = &[
-    ANY_KEY,
-    "server_node_killed_leader_survives_or_fails_over",
-    "holders_server_node_paused_longer_than_ttl",
-    "servers_leader_paused_longer_than_ttl",
-    CUT_OFF,
-    OBSERVER_CUT_OFF,
-    SHRUNK,
-    NO_MAX_TTL,
-];
+/// What every etcd deployment skips (one node skips the
+/// [`THREE_NODE_CASES`] too, with auth or without).
+const SKIPS: &[&str] = &[ANY_KEY, SHRUNK, NO_MAX_TTL];
 
 fn main() -> std::process::ExitCode {
     // `TENURE_LOG=tenure_etcd=debug` (with `--nocapture`) logs the backend.
     tenure_testkit::log_from_env();
     tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "etcd-1node"))
-            .expect_skips(ONE_NODE_SKIPS)
+            .expect_skips(SKIPS)
+            .expect_skips(THREE_NODE_CASES)
             .with_planted_bugs(Planted::ALL),
         Target::new("three", || start(3, "etcd-3node"))
-            .expect_skips(&[ANY_KEY, SHRUNK, NO_MAX_TTL])
+            .expect_skips(SKIPS)
             .expect_broken(&[STALLED_LEADER]),
-        Target::new("auth", || start_with_auth(1, "etcd-1node-auth")).expect_skips(ONE_NODE_SKIPS),
+        Target::new("auth", || start_with_auth(1, "etcd-1node-auth"))
+            .expect_skips(SKIPS)
+            .expect_skips(THREE_NODE_CASES),
     ])
 }

@@ -24,7 +24,7 @@ use tenure_lease_server::{
 };
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_testkit::{
-    harness_error, ClusterFactory, ClusterServers, Deployment, ProxyLink, Upstreams,
+    harness_error, ClusterServers, Deployment, ProxyLink, Upstreams, THREE_NODE_CASES,
 };
 
 /// The variable naming a real cluster's kubeconfig.
@@ -56,8 +56,7 @@ enum ApiServer {
     },
 }
 
-/// The suite's candidate process: its cases over `tenure::connect`.
-const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+mod factory;
 
 struct Kube {
     api_server: ApiServer,
@@ -72,15 +71,19 @@ fn real_cluster() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn factory(name: &'static str, kube: Kube, version: Option<String>) -> Arc<dyn BackendFactory> {
-    let capabilities = kube.inspector.capabilities();
-    Arc::new(ClusterFactory::new(
-        name,
-        kube,
-        capabilities,
-        version,
-        CANDIDATE,
-    ))
+/// The factory named `name` over `api_server`, looked at with `inspector`.
+fn deploy(
+    name: &'static str,
+    api_server: ApiServer,
+    inspector: KubeBackend,
+    version: Option<String>,
+) -> Arc<dyn BackendFactory> {
+    let capabilities = inspector.capabilities();
+    let kube = Kube {
+        api_server,
+        inspector,
+    };
+    factory::over(name, kube, capabilities, version)
 }
 
 async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
@@ -113,14 +116,7 @@ async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory
         candidate_kubeconfig,
         _candidate_link: candidate_link,
     };
-    factory(
-        name,
-        Kube {
-            api_server,
-            inspector,
-        },
-        version,
-    )
+    deploy(name, api_server, inspector, version)
 }
 
 async fn real(kubeconfig: PathBuf, name: &'static str) -> Arc<dyn BackendFactory> {
@@ -155,14 +151,7 @@ async fn real(kubeconfig: PathBuf, name: &'static str) -> Arc<dyn BackendFactory
         kubeconfig,
         upstream,
     };
-    factory(
-        name,
-        Kube {
-            api_server,
-            inspector,
-        },
-        version,
-    )
+    deploy(name, api_server, inspector, version)
 }
 
 /// The address of `config`'s API server, for a fault proxy in front of it;
@@ -385,15 +374,9 @@ fn main() -> std::process::ExitCode {
             )),
         ],
         None => vec![
-            Target::new("single", || test_server(1, "kube-1node")).expect_skips(&[
-                "server_node_killed_leader_survives_or_fails_over",
-                "holders_server_node_paused_longer_than_ttl",
-                "servers_leader_paused_longer_than_ttl",
-                "standby_sees_failover_when_its_node_is_cut_off",
-                "observer_sees_failover_when_its_node_is_cut_off",
-                SHRUNK,
-                NO_MAX_TTL,
-            ]),
+            Target::new("single", || test_server(1, "kube-1node"))
+                .expect_skips(THREE_NODE_CASES)
+                .expect_skips(&[SHRUNK, NO_MAX_TTL]),
             // The candidates reach the Lease server, not an etcd node.
             Target::new("three", || test_server(3, "kube-3node")).expect_skips(&[
                 "holders_server_node_paused_longer_than_ttl",

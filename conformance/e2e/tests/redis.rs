@@ -22,14 +22,13 @@ use tenure_redis::{RedisBackend, RedlockOptions};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_testkit::{
     endpoints, harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams,
+    THREE_NODE_CASES,
 };
 use tokio::time::Instant;
 
-/// The suite's candidate process: its cases over `tenure::connect`.
-const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+mod factory;
 
 struct Redis {
-    cluster: Arc<Cluster>,
     servers: ClusterServers,
     /// A client without proxies, kept (and its connections to every
     /// master open) for the factory's life.
@@ -53,26 +52,18 @@ async fn deploy(masters: usize, name: &'static str) -> Arc<RedisFactory> {
         .await
         .expect("inspector client");
     let version = cluster.server_version().await.ok();
-    let cluster = Arc::new(cluster);
     let capabilities = inspector.capabilities();
     let redis = Redis {
-        servers: ClusterServers::new(cluster.clone()),
-        cluster,
+        servers: ClusterServers::new(Arc::new(cluster)),
         _inspector: inspector,
     };
-    Arc::new(ClusterFactory::new(
-        name,
-        redis,
-        capabilities,
-        version,
-        CANDIDATE,
-    ))
+    factory::over(name, redis, capabilities, version)
 }
 
 impl Redis {
     /// A plain connection to master `index`.
     async fn master(&self, index: usize) -> Result<MultiplexedConnection> {
-        let node = self.cluster.node(index).map_err(harness_error)?;
+        let node = self.servers.cluster().node(index).map_err(harness_error)?;
         let client = tenure_redis::redis::Client::open(format!("redis://{}/", node.endpoint()))
             .map_err(harness_error)?;
         client
@@ -87,7 +78,7 @@ impl Redis {
         cmd: &tenure_redis::redis::Cmd,
     ) -> Result<Vec<T>> {
         let mut out = Vec::new();
-        for i in 0..self.cluster.nodes().len() {
+        for i in 0..self.servers.cluster().nodes().len() {
             let mut c = self.master(i).await?;
             out.push(cmd.query_async(&mut c).await.map_err(harness_error)?);
         }
@@ -96,7 +87,8 @@ impl Redis {
 
     async fn stats_sum(&self, field: &str) -> Result<u64> {
         Ok(self
-            .cluster
+            .servers
+            .cluster()
             .stats_total()
             .await
             .map_err(harness_error)?
@@ -107,7 +99,7 @@ impl Redis {
 #[async_trait]
 impl Deployment for Redis {
     fn upstreams(&self) -> Upstreams {
-        Upstreams::nodes_of(&self.cluster)
+        Upstreams::nodes_of(self.servers.cluster())
     }
 
     async fn connect(&self, through: &[SocketAddr]) -> Result<Arc<dyn LeaseBackend>> {
@@ -122,7 +114,7 @@ impl Deployment for Redis {
     fn candidate_url(&self) -> String {
         format!(
             "redis://{}?allow_unfenced=true",
-            self.cluster.endpoints().join(",")
+            self.servers.cluster().endpoints().join(",")
         )
     }
 
@@ -546,38 +538,38 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 /// The backend takes any TTL above its minimum: no maximum to go over.
 const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
+/// What every Redis deployment skips.
+const SKIPS: &[&str] = &[ANY_KEY, TOKENS_WIPED, HISTORY, SHRUNK, NO_MAX_TTL];
+
+/// What three independent masters skip: they elect no leader of their own
+/// to pause, and have no peers to be cut off from.
+const INDEPENDENT_MASTERS: &[&str] = &[
+    "servers_leader_paused_longer_than_ttl",
+    "standby_sees_failover_when_its_node_is_cut_off",
+    "observer_sees_failover_when_its_node_is_cut_off",
+];
+
+/// The suite, and the failure matrix, on `masters` masters (a deployment
+/// named `name`), skipping [`SKIPS`] and `skips`.
+fn target(
+    group: &'static str,
+    masters: usize,
+    name: &'static str,
+    skips: &[&'static str],
+) -> Target {
+    Target::new(group, move || start(masters, name))
+        .expect_skips(SKIPS)
+        .expect_skips(skips)
+        .expect_broken(&[RESTART])
+        .with_trial("failure_matrix", failure_matrix)
+}
+
 fn main() -> std::process::ExitCode {
     // `TENURE_LOG=tenure_redis=debug` (with `--nocapture`) logs the backend.
     tenure_testkit::log_from_env();
     let code = tenure_conformance::run_targets(vec![
-        Target::new("single", || start(1, "redis-1master"))
-            .expect_skips(&[
-                ANY_KEY,
-                TOKENS_WIPED,
-                HISTORY,
-                "holders_server_node_paused_longer_than_ttl",
-                "servers_leader_paused_longer_than_ttl",
-                "standby_sees_failover_when_its_node_is_cut_off",
-                "observer_sees_failover_when_its_node_is_cut_off",
-                "server_node_killed_leader_survives_or_fails_over",
-                SHRUNK,
-                NO_MAX_TTL,
-            ])
-            .expect_broken(&[RESTART])
-            .with_trial("failure_matrix", failure_matrix),
-        Target::new("three", || start(3, "redis-3masters"))
-            .expect_skips(&[
-                ANY_KEY,
-                TOKENS_WIPED,
-                HISTORY,
-                "servers_leader_paused_longer_than_ttl",
-                "standby_sees_failover_when_its_node_is_cut_off",
-                "observer_sees_failover_when_its_node_is_cut_off",
-                SHRUNK,
-                NO_MAX_TTL,
-            ])
-            .expect_broken(&[RESTART])
-            .with_trial("failure_matrix", failure_matrix),
+        target("single", 1, "redis-1master", THREE_NODE_CASES),
+        target("three", 3, "redis-3masters", INDEPENDENT_MASTERS),
     ]);
     // The deployments go now (their containers are removed on drop), in a
     // runtime's context for what their clients leave to it.

@@ -16,6 +16,7 @@ use tenure_testkit::proxy::Tap;
 use tenure_testkit::taps::ZooKeeperMessages;
 use tenure_testkit::{
     endpoints, harness_error, ClusterFactory, ClusterServers, Deployment, Upstreams,
+    THREE_NODE_CASES,
 };
 use tenure_zookeeper::zookeeper_client::Error as ZkError;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
@@ -38,11 +39,9 @@ fn options() -> ZooKeeperOptions {
         .with_tick_time(TICK_TIME)
 }
 
-/// The suite's candidate process: its cases over `tenure::connect`.
-const CANDIDATE: &str = env!("CARGO_BIN_EXE_tenure-e2e-candidate");
+mod factory;
 
 struct ZooKeeper {
-    cluster: Arc<Cluster>,
     servers: ClusterServers,
     /// A client without proxies, for looking at the servers.
     inspector: ZooKeeperBackend,
@@ -69,30 +68,23 @@ async fn start(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
         .await
         .expect("inspector client");
     let version = cluster.server_version().await.ok();
-    let cluster = Arc::new(cluster);
     let capabilities = inspector.capabilities();
     let zookeeper = ZooKeeper {
-        servers: ClusterServers::new(cluster.clone()),
-        cluster,
+        servers: ClusterServers::new(Arc::new(cluster)),
         inspector,
         sessions_opened: AtomicU64::new(0),
         sessions_closed: AtomicU64::new(0),
         backends: Default::default(),
         messages: ZooKeeperMessages::new(),
     };
-    Arc::new(ClusterFactory::new(
-        name,
-        zookeeper,
-        capabilities,
-        version,
-        CANDIDATE,
-    ))
+    factory::over(name, zookeeper, capabilities, version)
 }
 
 impl ZooKeeper {
     /// The leader's zxid, low 32 bits (they count within an epoch).
     async fn zxid(&self) -> Result<u64> {
-        self.cluster
+        self.servers
+            .cluster()
             .leader_stats()
             .await
             .map(|s| s.get("zxid") & 0xffff_ffff)
@@ -202,7 +194,7 @@ fn delete_if_empty<'a>(
 #[async_trait]
 impl Deployment for ZooKeeper {
     fn upstreams(&self) -> Upstreams {
-        Upstreams::nodes_of(&self.cluster)
+        Upstreams::nodes_of(self.servers.cluster())
     }
 
     fn tap(&self) -> Option<Arc<dyn Tap>> {
@@ -221,7 +213,7 @@ impl Deployment for ZooKeeper {
     fn candidate_url(&self) -> String {
         format!(
             "zk://{}?session_timeout={}ms&tick_time={}ms",
-            self.cluster.endpoints().join(","),
+            self.servers.cluster().endpoints().join(","),
             SESSION_TIMEOUT.as_millis(),
             TICK_TIME.as_millis()
         )
@@ -354,15 +346,8 @@ const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 fn main() -> std::process::ExitCode {
     tenure_conformance::run_targets(vec![
         Target::new("single", || start(1, "zookeeper-1node"))
-            .expect_skips(&[
-                "server_node_killed_leader_survives_or_fails_over",
-                "holders_server_node_paused_longer_than_ttl",
-                "servers_leader_paused_longer_than_ttl",
-                "standby_sees_failover_when_its_node_is_cut_off",
-                "observer_sees_failover_when_its_node_is_cut_off",
-                SHRUNK,
-                NO_HISTORY,
-            ])
+            .expect_skips(THREE_NODE_CASES)
+            .expect_skips(&[SHRUNK, NO_HISTORY])
             // Not the two deadline bugs. Every message of a session extends
             // it on the servers, so a deadline counted from a grant's later
             // request is no bug on ZooKeeper; and one counted from the

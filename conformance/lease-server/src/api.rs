@@ -44,16 +44,12 @@ async fn count(
 
 type Params = Query<HashMap<String, String>>;
 
-fn etcd_failure(e: etcd_client::Error) -> Response {
-    status::internal(format!("etcd: {e}"))
-}
-
 fn write_failure(e: WriteError, name: &str) -> Response {
     match e {
         WriteError::AlreadyExists => status::already_exists(name),
         WriteError::NotFound => status::not_found(name),
         WriteError::Conflict => status::conflict(name),
-        WriteError::Etcd(e) => etcd_failure(e),
+        WriteError::Etcd(e) => status::etcd_failure(e),
     }
 }
 
@@ -137,7 +133,7 @@ async fn read(State(store): State<Store>, Path((ns, name)): Path<(String, String
     match store.get(&ns, &name).await {
         Ok(Some(object)) => Json(object).into_response(),
         Ok(None) => status::not_found(&name),
-        Err(e) => etcd_failure(e),
+        Err(e) => status::etcd_failure(e),
     }
 }
 
@@ -227,9 +223,9 @@ async fn update(
         Ok(guess) if meets(&guess) => guess,
         Ok(_) => match store.get(&ns, &name).await {
             Ok(current) => current,
-            Err(e) => return etcd_failure(e),
+            Err(e) => return status::etcd_failure(e),
         },
-        Err(e) => return etcd_failure(e),
+        Err(e) => return status::etcd_failure(e),
     };
     let Some(current) = current else {
         if let Some(uid) = uid {
@@ -314,7 +310,7 @@ async fn remove(
     let current = match store.get(&ns, &name).await {
         Ok(Some(current)) => current,
         Ok(None) => return status::not_found(&name),
-        Err(e) => return etcd_failure(e),
+        Err(e) => return status::etcd_failure(e),
     };
     let stored = |field: &str| meta_str(&current, field).unwrap_or_default().to_owned();
     if let Some(uid) = wanted("uid").filter(|uid| *uid != stored("uid")) {
@@ -407,6 +403,6 @@ async fn list_or_watch(
             "items": items,
         }))
         .into_response(),
-        Err(e) => etcd_failure(e),
+        Err(e) => status::etcd_failure(e),
     }
 }

@@ -352,7 +352,7 @@ pub async fn compact_etcd(client: &etcd_client::Client) -> Result<i64, etcd_clie
     let mut kv = client.kv_client();
     kv.put(HISTORY_KEY, "1", None).await?;
     let put = kv.put(HISTORY_KEY, "2", None).await?;
-    let revision = put.header().map_or(0, |h| h.revision());
+    let revision = store::revision(put.header());
     let options = etcd_client::CompactionOptions::new().with_physical();
     kv.compact(revision, Some(options)).await?;
     Ok(revision)

@@ -8,21 +8,17 @@ use serde_json::{json, Value};
 /// The group-qualified resource, as kube-apiserver names it in messages.
 pub(crate) const RESOURCE: &str = "leases.coordination.k8s.io";
 
-/// A `Status` failure with `code`, `reason`, `message` and details.
-pub(crate) fn failure(
-    code: StatusCode,
-    reason: &str,
-    message: String,
-    name: Option<&str>,
-    causes: Vec<Value>,
-) -> Response {
+/// The `details` of a `Status` about Lease `name` (or about none).
+fn details(name: Option<&str>) -> Value {
     let mut details = json!({ "group": "coordination.k8s.io", "kind": "leases" });
     if let Some(name) = name {
         details["name"] = json!(name);
     }
-    if !causes.is_empty() {
-        details["causes"] = json!(causes);
-    }
+    details
+}
+
+/// A `Status` failure with `code`, `reason`, `message` and `details`.
+fn status(code: StatusCode, reason: &str, message: String, details: Value) -> Response {
     let body = json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -34,6 +30,21 @@ pub(crate) fn failure(
         "code": code.as_u16(),
     });
     (code, Json(body)).into_response()
+}
+
+/// A `Status` failure with `code`, `reason`, `message` and details.
+pub(crate) fn failure(
+    code: StatusCode,
+    reason: &str,
+    message: String,
+    name: Option<&str>,
+    causes: Vec<Value>,
+) -> Response {
+    let mut details = details(name);
+    if !causes.is_empty() {
+        details["causes"] = json!(causes);
+    }
+    status(code, reason, message, details)
 }
 
 /// The `reason` kube-apiserver gives a failure with `code`
@@ -66,25 +77,12 @@ pub(crate) fn refused(
     name: Option<&str>,
     retry_after: Option<std::time::Duration>,
 ) -> Response {
-    let mut details = json!({ "group": "coordination.k8s.io", "kind": "leases" });
-    if let Some(name) = name {
-        details["name"] = json!(name);
-    }
+    let mut details = details(name);
     let seconds = retry_after.map(|d| d.as_secs().max(1));
     if let Some(seconds) = seconds {
         details["retryAfterSeconds"] = json!(seconds);
     }
-    let body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason_for(code),
-        "details": details,
-        "code": code.as_u16(),
-    });
-    let mut response = (code, Json(body)).into_response();
+    let mut response = status(code, reason_for(code), message, details);
     if let Some(seconds) = seconds {
         response.headers_mut().insert(
             "retry-after",
@@ -147,6 +145,11 @@ pub(crate) fn already_exists(name: &str) -> Response {
 /// 400 BadRequest.
 pub(crate) fn bad_request(message: String) -> Response {
     failure(StatusCode::BAD_REQUEST, "BadRequest", message, None, vec![])
+}
+
+/// 500 InternalError: etcd failed `e`.
+pub(crate) fn etcd_failure(e: etcd_client::Error) -> Response {
+    internal(format!("etcd: {e}"))
 }
 
 /// 500 InternalError (etcd unreachable and the like).

@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, GetResponse, KeyValue, ResponseHeader, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+};
 use serde_json::Value;
 
 use super::faults::Faults;
@@ -68,6 +71,38 @@ fn encode(object: &Value) -> Vec<u8> {
     serde_json::to_vec(&object).expect("JSON")
 }
 
+/// The store's revision an answer's `header` gives (0 without one).
+pub(crate) fn revision(header: Option<&ResponseHeader>) -> i64 {
+    header.map_or(0, |h| h.revision())
+}
+
+/// A transaction that does `op` to `key` if its mod revision is still
+/// `resource_version`, and reads it otherwise (for [`refused`]).
+fn at_revision(key: &str, resource_version: i64, op: TxnOp) -> Txn {
+    Txn::new()
+        .when([Compare::mod_revision(
+            key,
+            CompareOp::Equal,
+            resource_version,
+        )])
+        .and_then([op])
+        .or_else([TxnOp::get(key, None)])
+}
+
+/// Why an [`at_revision`] transaction failed: the object changed
+/// ([`WriteError::Conflict`]), or it is gone.
+fn refused(answer: &TxnResponse) -> WriteError {
+    let exists = answer.op_responses().iter().any(|op| match op {
+        TxnOpResponse::Get(get) => !get.kvs().is_empty(),
+        _ => false,
+    });
+    if exists {
+        WriteError::Conflict
+    } else {
+        WriteError::NotFound
+    }
+}
+
 /// Whether etcd-client failed `e` before sending anything: no connection to
 /// the endpoint it picked could be made. Its balanced channel hands a failed
 /// reconnect back to the next call routed there once (a node that was down
@@ -81,7 +116,7 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 
 /// Runs `request` again while it fails [without being sent](never_sent),
 /// a few times (the channel then picks a connection that is up).
-pub(crate) async fn sent<T, F, Fut>(mut request: F) -> Result<T, etcd_client::Error>
+async fn sent<T, F, Fut>(mut request: F) -> Result<T, etcd_client::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -224,8 +259,30 @@ impl Store {
         self.served.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// An etcd read of `key` (once [sent](sent)).
+    pub(crate) async fn read(
+        &self,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse, etcd_client::Error> {
+        sent(|| {
+            let (mut kv, options) = (self.client.kv_client(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+    }
+
+    /// An etcd watch of `key` (once [sent](sent)).
+    pub(crate) async fn watch(
+        &self,
+        key: &str,
+        options: WatchOptions,
+    ) -> Result<WatchStream, etcd_client::Error> {
+        sent(|| {
+            let (mut client, options) = (self.client.watch_client(), options.clone());
+            async move { client.watch(key, Some(options)).await }
+        })
+        .await
     }
 
     pub(crate) async fn get(
@@ -233,11 +290,7 @@ impl Store {
         ns: &str,
         name: &str,
     ) -> Result<Option<Value>, etcd_client::Error> {
-        let answer = sent(|| {
-            let mut kv = self.client.kv_client();
-            async move { kv.get(key(ns, name), None).await }
-        })
-        .await?;
+        let answer = self.read(&key(ns, name), None).await?;
         Ok(answer.kvs().first().map(decode_kv))
     }
 
@@ -249,12 +302,8 @@ impl Store {
         ns: &str,
         name: &str,
     ) -> Result<Option<Value>, etcd_client::Error> {
-        let answer = sent(|| {
-            let mut kv = self.client.kv_client();
-            let options = GetOptions::new().with_serializable();
-            async move { kv.get(key(ns, name), Some(options)).await }
-        })
-        .await?;
+        let options = GetOptions::new().with_serializable();
+        let answer = self.read(&key(ns, name), Some(options)).await?;
         Ok(answer.kvs().first().map(decode_kv))
     }
 
@@ -264,21 +313,27 @@ impl Store {
         ns: &str,
         name: Option<&str>,
     ) -> Result<(Vec<Value>, i64), etcd_client::Error> {
-        let answer = sent(|| {
-            let mut kv = self.client.kv_client();
-            async move {
-                match name {
-                    Some(name) => kv.get(key(ns, name), None).await,
-                    None => {
-                        let options = GetOptions::new().with_prefix();
-                        kv.get(prefix(ns), Some(options)).await
-                    }
-                }
+        let answer = match name {
+            Some(name) => self.read(&key(ns, name), None).await?,
+            None => {
+                let options = GetOptions::new().with_prefix();
+                self.read(&prefix(ns), Some(options)).await?
             }
-        })
-        .await?;
-        let revision = answer.header().map_or(0, |h| h.revision());
-        Ok((answer.kvs().iter().map(decode_kv).collect(), revision))
+        };
+        Ok((
+            answer.kvs().iter().map(decode_kv).collect(),
+            revision(answer.header()),
+        ))
+    }
+
+    /// Runs `txn`, a write (counted as one whether it succeeds or not).
+    async fn write(&self, txn: Txn) -> Result<TxnResponse, WriteError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let answer = sent(|| {
+            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        });
+        Ok(answer.await?)
     }
 
     pub(crate) async fn create(
@@ -291,17 +346,11 @@ impl Store {
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), encode(object), None)]);
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        let answer = sent(|| {
-            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await?;
+        let answer = self.write(txn).await?;
         if !answer.succeeded() {
             return Err(WriteError::AlreadyExists);
         }
-        let revision = answer.header().map_or(0, |h| h.revision());
-        Ok(decode(&encode(object), revision))
+        Ok(decode(&encode(object), revision(answer.header())))
     }
 
     pub(crate) async fn update(
@@ -312,33 +361,12 @@ impl Store {
         object: &Value,
     ) -> Result<Value, WriteError> {
         let key = key(ns, name);
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                resource_version,
-            )])
-            .and_then([TxnOp::put(key.as_str(), encode(object), None)])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        let answer = sent(|| {
-            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await?;
+        let put = TxnOp::put(key.as_str(), encode(object), None);
+        let answer = self.write(at_revision(&key, resource_version, put)).await?;
         if !answer.succeeded() {
-            let exists = answer.op_responses().iter().any(|op| match op {
-                TxnOpResponse::Get(get) => !get.kvs().is_empty(),
-                _ => false,
-            });
-            return Err(if exists {
-                WriteError::Conflict
-            } else {
-                WriteError::NotFound
-            });
+            return Err(refused(&answer));
         }
-        let revision = answer.header().map_or(0, |h| h.revision());
-        Ok(decode(&encode(object), revision))
+        Ok(decode(&encode(object), revision(answer.header())))
     }
 
     /// Deletes a Lease at `resource_version` (its mod revision, read just
@@ -351,36 +379,18 @@ impl Store {
         resource_version: i64,
     ) -> Result<Value, WriteError> {
         let key = key(ns, name);
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                resource_version,
-            )])
-            .and_then([TxnOp::delete(
-                key.as_str(),
-                Some(etcd_client::DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        let answer = sent(|| {
-            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await?;
-        let responses = answer.op_responses();
+        let delete = TxnOp::delete(
+            key.as_str(),
+            Some(etcd_client::DeleteOptions::new().with_prev_key()),
+        );
+        let answer = self
+            .write(at_revision(&key, resource_version, delete))
+            .await?;
         if !answer.succeeded() {
-            let exists = responses.iter().any(|op| match op {
-                TxnOpResponse::Get(get) => !get.kvs().is_empty(),
-                _ => false,
-            });
-            return Err(if exists {
-                WriteError::Conflict
-            } else {
-                WriteError::NotFound
-            });
+            return Err(refused(&answer));
         }
-        responses
+        answer
+            .op_responses()
             .iter()
             .find_map(|op| match op {
                 TxnOpResponse::Delete(deleted) => deleted.prev_kvs().first().map(decode_kv),

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::status;
-use super::store::{decode, key, prefix, Store};
+use super::store::{decode, key, prefix, revision, Store};
 use super::BOOKMARK_INTERVAL;
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -60,13 +60,8 @@ async fn unchanged_since(
     watch_key: &str,
     rv: i64,
 ) -> Result<Option<i64>, etcd_client::Error> {
-    let got = super::store::sent(|| {
-        let mut kv = store.client().kv_client();
-        let key = watch_key.to_owned();
-        async move { kv.get(key, None).await }
-    })
-    .await?;
-    let current = got.header().map_or(0, |h| h.revision());
+    let got = store.read(watch_key, None).await?;
+    let current = revision(got.header());
     Ok(match got.kvs().first() {
         Some(kv) if kv.mod_revision() <= rv && rv <= current => Some(current),
         _ => None,
@@ -102,13 +97,7 @@ pub(crate) async fn watch(
             if with_prefix {
                 options = options.with_prefix();
             }
-            let got = super::store::sent(|| {
-                let (mut kv, options) = (store.client().kv_client(), options.clone());
-                let key = watch_key.clone();
-                async move { kv.get(key, Some(options)).await }
-            })
-            .await;
-            if let Err(e) = got {
+            if let Err(e) = store.read(&watch_key, Some(options)).await {
                 if is_compacted(&e) {
                     // kube-apiserver answers 200 and ends the watch with one
                     // ERROR event, Status 410 Expired: the cacher's
@@ -123,14 +112,14 @@ pub(crate) async fn watch(
                     return ended_with(line("ERROR", &expired(message)));
                 }
                 if !e.to_string().contains("future revision") {
-                    return status::internal(format!("etcd: {e}"));
+                    return status::etcd_failure(e);
                 }
             }
             match &name {
                 Some(_) => match unchanged_since(&store, &watch_key, rv).await {
                     Ok(Some(current)) => current + 1,
                     Ok(None) => rv + 1,
-                    Err(e) => return status::internal(format!("etcd: {e}")),
+                    Err(e) => return status::etcd_failure(e),
                 },
                 None => rv + 1,
             }
@@ -140,7 +129,7 @@ pub(crate) async fn watch(
                 initial = items.iter().map(|o| line("ADDED", o)).collect();
                 revision + 1
             }
-            Err(e) => return status::internal(format!("etcd: {e}")),
+            Err(e) => return status::etcd_failure(e),
         },
     };
     let mut options = WatchOptions::new()
@@ -149,15 +138,9 @@ pub(crate) async fn watch(
     if with_prefix {
         options = options.with_prefix();
     }
-    let watching = super::store::sent(|| {
-        let (mut client, options) = (store.client().watch_client(), options.clone());
-        let key = watch_key.clone();
-        async move { client.watch(key, Some(options)).await }
-    })
-    .await;
-    let (mut watcher, mut stream) = match watching {
+    let (mut watcher, mut stream) = match store.watch(&watch_key, options).await {
         Ok(stream) => stream.split(),
-        Err(e) => return status::internal(format!("etcd: {e}")),
+        Err(e) => return status::etcd_failure(e),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let events = store.clone();
@@ -203,11 +186,9 @@ pub(crate) async fn watch(
                 return;
             }
             if answer.events().is_empty() {
-                if bookmarks && !answer.created() {
-                    let revision = answer.header().map_or(0, |h| h.revision());
-                    if tx.send(bookmark(revision)).await.is_err() {
-                        return;
-                    }
+                let send = bookmarks && !answer.created();
+                if send && tx.send(bookmark(revision(answer.header()))).await.is_err() {
+                    return;
                 }
                 continue;
             }

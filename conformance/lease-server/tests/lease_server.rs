@@ -49,33 +49,23 @@ impl Fixture {
         }
     }
     async fn post(&self, body: &Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(self.url(None))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        answer_of(self.http.post(self.url(None)).json(body)).await
     }
     async fn put(&self, name: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .http
-            .put(self.url(Some(name)))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        answer_of(self.http.put(self.url(Some(name))).json(body)).await
     }
     async fn get(&self, name: &str) -> (u16, Value) {
-        let r = self.http.get(self.url(Some(name))).send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        answer_of(self.http.get(self.url(Some(name)))).await
     }
     async fn delete(&self, name: &str) -> (u16, Value) {
-        let r = self.http.delete(self.url(Some(name))).send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        answer_of(self.http.delete(self.url(Some(name)))).await
     }
+}
+
+/// The status and JSON body `request` is answered with.
+async fn answer_of(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
 }
 
 fn rv(object: &Value) -> String {
@@ -83,6 +73,38 @@ fn rv(object: &Value) -> String {
         .as_str()
         .unwrap()
         .to_owned()
+}
+
+/// A watch's events, one JSON object a line.
+struct Events {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Events {
+    fn new(response: reqwest::Response) -> Events {
+        Events {
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next event, which must come by `deadline`.
+    async fn next(&mut self, deadline: tokio::time::Instant) -> Value {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let event = serde_json::from_slice(&self.buffer[..end]).unwrap();
+                self.buffer.drain(..=end);
+                return event;
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .expect("an event in time")
+                .unwrap()
+                .expect("the stream open");
+            self.buffer.extend_from_slice(&chunk);
+        }
+    }
 }
 
 fn assert_status(answer: &(u16, Value), code: u16, reason: &str) {
@@ -188,7 +210,7 @@ async fn delete_honours_its_preconditions() {
     let delete = |preconditions: Value| {
         let body =
             json!({ "kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions });
-        f.http.delete(f.url(Some("d"))).json(&body).send()
+        answer_of(f.http.delete(f.url(Some("d"))).json(&body))
     };
     for (preconditions, wrong) in [
         (
@@ -200,8 +222,7 @@ async fn delete_honours_its_preconditions() {
             "ResourceVersion in precondition: 1",
         ),
     ] {
-        let r = delete(preconditions).await.unwrap();
-        let answer = (r.status().as_u16(), r.json().await.unwrap());
+        let answer = delete(preconditions).await;
         assert_status(&answer, 409, "Conflict");
         let message = answer.1["message"].as_str().unwrap();
         assert!(message.contains(wrong), "{message}");
@@ -211,10 +232,8 @@ async fn delete_honours_its_preconditions() {
             "deleted despite a failed precondition"
         );
     }
-    let r = delete(json!({ "uid": uid, "resourceVersion": rv(&created) }))
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    let (code, _) = delete(json!({ "uid": uid, "resourceVersion": rv(&created) })).await;
+    assert_eq!(code, 200);
     assert_status(&f.get("d").await, 404, "NotFound");
 }
 
@@ -295,7 +314,7 @@ async fn list_and_watch_report_changes_with_bookmarks() {
         f.url(None),
         rv(&created)
     );
-    let mut response = f.http.get(watch_url).send().await.unwrap();
+    let response = f.http.get(watch_url).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
     let mut next = created.clone();
     next["spec"]["holderIdentity"] = json!("y");
@@ -303,23 +322,14 @@ async fn list_and_watch_report_changes_with_bookmarks() {
     f.delete("w").await;
 
     let mut seen = Vec::new();
-    let mut buffer = Vec::new();
+    let mut events = Events::new(response);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
     while !seen.contains(&"BOOKMARK".to_owned()) || !seen.contains(&"DELETED".to_owned()) {
-        let chunk = tokio::time::timeout_at(deadline, response.chunk())
-            .await
-            .expect("events in time")
-            .unwrap()
-            .expect("stream open");
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let event: Value = serde_json::from_slice(&buffer[..end]).unwrap();
-            buffer.drain(..=end);
-            if event["type"] == "MODIFIED" {
-                assert_eq!(rv(&event["object"]), rv(&updated));
-            }
-            seen.push(event["type"].as_str().unwrap().to_owned());
+        let event = events.next(deadline).await;
+        if event["type"] == "MODIFIED" {
+            assert_eq!(rv(&event["object"]), rv(&updated));
         }
+        seen.push(event["type"].as_str().unwrap().to_owned());
     }
     let changes: Vec<_> = seen.iter().filter(|t| *t != "BOOKMARK").collect();
     assert_eq!(changes, ["MODIFIED", "DELETED"]);
@@ -427,8 +437,7 @@ async fn refused_requests_say_why_and_when_to_come_back() {
     f.post(&lease("k", "x", 2, 0)).await;
     let watch = format!("{}?watch=1&fieldSelector=metadata.name%3Dk", f.url(None));
     f.server.refuse(Requests::Watch, 403, None);
-    let r = f.http.get(&watch).send().await.unwrap();
-    let answer = (r.status().as_u16(), r.json().await.unwrap());
+    let answer = answer_of(f.http.get(&watch)).await;
     assert_status(&answer, 403, "Forbidden");
     let message = answer.1["message"].as_str().unwrap();
     assert!(
@@ -482,7 +491,7 @@ async fn a_change_right_after_a_watch_opened_reaches_it_at_once() {
             rv(&object)
         );
         let agent = format!("watcher-{trial}");
-        let mut response = f
+        let response = f
             .http
             .get(url)
             .header("user-agent", &agent)
@@ -499,23 +508,15 @@ async fn a_change_right_after_a_watch_opened_reaches_it_at_once() {
         let written = std::time::Instant::now();
         let (code, updated) = f.put("quick", &object).await;
         assert_eq!(code, 200, "{updated}");
-        let mut buffer = Vec::new();
-        let event = loop {
-            let chunk = tokio::time::timeout(std::time::Duration::from_secs(5), response.chunk())
-                .await
-                .expect("the change within 5 s")
-                .unwrap()
-                .expect("the stream open");
-            buffer.extend_from_slice(&chunk);
-            if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                break serde_json::from_slice::<Value>(&buffer[..end]).unwrap();
-            }
-        };
+        let mut events = Events::new(response);
+        let event = events
+            .next(tokio::time::Instant::now() + std::time::Duration::from_secs(5))
+            .await;
         took.push(written.elapsed());
         assert_eq!(event["type"], "MODIFIED", "{event}");
         assert_eq!(rv(&event["object"]), rv(&updated));
         object = updated;
-        drop(response);
+        drop(events);
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
         while !f.server.open_watches("default", "quick").is_empty() {
             assert!(

@@ -13,6 +13,7 @@
 //! - [`factory::ClusterFactory`]: the suite's `BackendFactory` for any
 //!   backend on such servers, configured with a [`factory::Deployment`].
 //! - [`taps`]: counters of a protocol's messages at the proxies.
+//! - [`THREE_NODE_CASES`]: the suite's cases a deployment on one node skips.
 //!
 //! It depends on no backend crate and no backend client: a backend's tests
 //! build it, and nothing of the other backends.
@@ -52,3 +53,14 @@ pub fn log_from_env() {
             .try_init();
     }
 }
+
+/// The suite's cases that need three or more server nodes (one killed,
+/// paused or cut off while a quorum serves): what a deployment on one node
+/// skips.
+pub const THREE_NODE_CASES: &[&str] = &[
+    "server_node_killed_leader_survives_or_fails_over",
+    "holders_server_node_paused_longer_than_ttl",
+    "servers_leader_paused_longer_than_ttl",
+    "standby_sees_failover_when_its_node_is_cut_off",
+    "observer_sees_failover_when_its_node_is_cut_off",
+];

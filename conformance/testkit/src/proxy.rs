@@ -545,30 +545,69 @@ mod tests {
     use super::*;
     use std::io::ErrorKind;
 
-    /// An echo server that counts the connections it accepted.
-    async fn echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    /// What an echo server saw: the connections it accepted, and every
+    /// byte it received.
+    #[derive(Default)]
+    struct Seen {
+        accepted: AtomicUsize,
+        received: std::sync::Mutex<Vec<u8>>,
+    }
+
+    /// A proxy in front of a new echo server, and what that server sees.
+    async fn proxied_echo_server() -> (FaultProxy, Arc<Seen>) {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
+        let seen = Arc::new(Seen::default());
+        let kept = seen.clone();
         tokio::spawn(async move {
             loop {
                 let (mut stream, _) = listener.accept().await.unwrap();
-                counter.fetch_add(1, Ordering::SeqCst);
+                kept.accepted.fetch_add(1, Ordering::SeqCst);
+                let kept = kept.clone();
                 tokio::spawn(async move {
-                    let (mut r, mut w) = stream.split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                    let mut buf = [0; 1024];
+                    loop {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                kept.received.lock().unwrap().extend_from_slice(&buf[..n]);
+                                if stream.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
                 });
             }
         });
-        (addr, accepted)
+        (FaultProxy::start(addr).await.unwrap(), seen)
     }
 
-    async fn round_trip(stream: &mut TcpStream, payload: &[u8]) -> std::io::Result<Vec<u8>> {
-        stream.write_all(payload).await?;
-        let mut buf = vec![0; payload.len()];
-        stream.read_exact(&mut buf).await?;
-        Ok(buf)
+    /// A client through a proxy in front of a new echo server, which
+    /// echoed one message through it; and what that server sees.
+    async fn connected() -> (FaultProxy, Arc<Seen>, TcpStream) {
+        let (proxy, seen) = proxied_echo_server().await;
+        let mut client = client_of(&proxy).await;
+        assert_echoed(&mut client, b"ok").await;
+        (proxy, seen, client)
+    }
+
+    /// A client connected through `proxy`.
+    async fn client_of(proxy: &FaultProxy) -> TcpStream {
+        TcpStream::connect(proxy.addr()).await.unwrap()
+    }
+
+    /// Sends `payload` and asserts it comes back.
+    async fn assert_echoed(stream: &mut TcpStream, payload: &[u8]) {
+        stream.write_all(payload).await.unwrap();
+        assert_reads(stream, payload).await;
+    }
+
+    /// Asserts the next bytes on `stream` are `expected`.
+    async fn assert_reads(stream: &mut TcpStream, expected: &[u8]) {
+        let mut buf = vec![0; expected.len()];
+        stream.read_exact(&mut buf).await.unwrap();
+        assert_eq!(buf, expected);
     }
 
     const QUIET: Duration = Duration::from_millis(300);
@@ -580,32 +619,29 @@ mod tests {
         assert!(read.is_err(), "expected silence, read {read:?}");
     }
 
-    async fn read_error_kind(stream: &mut TcpStream) -> ErrorKind {
+    /// Asserts the next read on `stream` fails with `ConnectionReset`.
+    async fn assert_reset(stream: &mut TcpStream) {
         let mut byte = [0; 1];
         match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await {
-            Ok(Err(e)) => e.kind(),
+            Ok(Err(e)) => assert_eq!(e.kind(), ErrorKind::ConnectionReset),
             other => panic!("expected a read error, got {other:?}"),
         }
     }
 
     #[tokio::test]
     async fn pass_forwards_both_ways() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        assert_ne!(proxy.addr(), upstream);
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"hello").await.unwrap(), b"hello");
+        let (proxy, _, mut client) = connected().await;
+        assert_ne!(proxy.addr(), proxy.upstream());
+        assert_echoed(&mut client, b"hello").await;
         assert_eq!(proxy.open_connections(), 1);
     }
 
     #[tokio::test]
     async fn delay_adds_the_delay_in_each_direction() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        let (proxy, _, mut client) = connected().await;
         proxy.set(Mode::Delay(Duration::from_millis(150)));
         let started = Instant::now();
-        assert_eq!(round_trip(&mut client, b"slow").await.unwrap(), b"slow");
+        assert_echoed(&mut client, b"slow").await;
         let delayed = started.elapsed();
         assert!(
             delayed >= Duration::from_millis(300),
@@ -613,15 +649,14 @@ mod tests {
         );
         proxy.set(Mode::Pass);
         let started = Instant::now();
-        assert_eq!(round_trip(&mut client, b"fast").await.unwrap(), b"fast");
+        assert_echoed(&mut client, b"fast").await;
         assert!(started.elapsed() < Duration::from_millis(150));
     }
 
     #[tokio::test]
     async fn held_answers_are_counted_until_delivered_and_each_request_is_logged() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        let (proxy, _) = proxied_echo_server().await;
+        let mut client = client_of(&proxy).await;
         assert_eq!(proxy.in_flight(), 0);
         proxy.set(Mode::DelayAnswers(Duration::from_millis(200)));
         let began = Instant::now();
@@ -637,14 +672,13 @@ mod tests {
         let sent = proxy.requests_since(began);
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert!(proxy.last_answer_at().is_none());
-        let mut buf = [0; 3];
-        client.read_exact(&mut buf).await.unwrap();
+        assert_reads(&mut client, b"one").await;
         let answered = proxy.last_answer_at().expect("an answer was delivered");
         assert!(answered >= sent[0] + Duration::from_millis(200));
         assert_eq!(proxy.in_flight(), 0);
         // A second request, its forwarding logged after the first.
         proxy.set(Mode::Pass);
-        assert_eq!(round_trip(&mut client, b"two").await.unwrap(), b"two");
+        assert_echoed(&mut client, b"two").await;
         let both = proxy.requests_since(began);
         assert_eq!(both.len(), 2, "{both:?}");
         assert!(both[1] > both[0]);
@@ -654,136 +688,74 @@ mod tests {
 
     #[tokio::test]
     async fn blackhole_holds_bytes_on_open_connections_until_pass() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"before").await.unwrap(), b"before");
+        let (proxy, _, mut client) = connected().await;
         proxy.set(Mode::Blackhole);
         client.write_all(b"held").await.unwrap();
         assert_silent(&mut client).await;
         proxy.set(Mode::Pass);
-        let mut buf = [0; 4];
-        client.read_exact(&mut buf).await.unwrap();
-        assert_eq!(&buf, b"held");
+        assert_reads(&mut client, b"held").await;
     }
 
     #[tokio::test]
     async fn blackhole_accepts_new_connections_but_forwards_nothing() {
-        let (upstream, accepted) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let (proxy, seen) = proxied_echo_server().await;
         proxy.set(Mode::Blackhole);
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut client = client_of(&proxy).await;
         client.write_all(b"anyone?").await.unwrap();
         assert_silent(&mut client).await;
         assert_eq!(
-            accepted.load(Ordering::SeqCst),
+            seen.accepted.load(Ordering::SeqCst),
             0,
             "upstream saw a connection"
         );
         assert_eq!(proxy.open_connections(), 1);
         proxy.set(Mode::Pass);
-        let mut buf = [0; 7];
-        client.read_exact(&mut buf).await.unwrap();
-        assert_eq!(&buf, b"anyone?");
+        assert_reads(&mut client, b"anyone?").await;
     }
 
     #[tokio::test]
     async fn reset_closes_open_connections_with_rst() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"ok").await.unwrap(), b"ok");
+        let (proxy, _, mut client) = connected().await;
         proxy.set(Mode::Reset);
-        assert_eq!(
-            read_error_kind(&mut client).await,
-            ErrorKind::ConnectionReset
-        );
+        assert_reset(&mut client).await;
     }
 
     #[tokio::test]
     async fn reset_resets_new_connections_and_pass_serves_them_again() {
-        let (upstream, accepted) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let (proxy, seen) = proxied_echo_server().await;
         proxy.set(Mode::Reset);
         // The handshake may complete before the proxy resets; either way no
         // byte gets through.
         if let Ok(mut client) = TcpStream::connect(proxy.addr()).await {
-            assert_eq!(
-                read_error_kind(&mut client).await,
-                ErrorKind::ConnectionReset
-            );
+            assert_reset(&mut client).await;
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 0);
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 0);
         proxy.set(Mode::Pass);
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"again").await.unwrap(), b"again");
-    }
-
-    /// An echo server that also keeps every byte it received.
-    async fn recording_echo_server() -> (SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let received = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = received.clone();
-        tokio::spawn(async move {
-            loop {
-                let (mut stream, _) = listener.accept().await.unwrap();
-                let kept = kept.clone();
-                tokio::spawn(async move {
-                    let mut buf = [0; 1024];
-                    loop {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => {
-                                kept.lock().unwrap().extend_from_slice(&buf[..n]);
-                                if stream.write_all(&buf[..n]).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        (addr, received)
+        assert_echoed(&mut client_of(&proxy).await, b"again").await;
     }
 
     #[tokio::test]
     async fn drop_answers_executes_requests_and_resets_the_connection_afterwards() {
-        let (upstream, received) = recording_echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"ok").await.unwrap(), b"ok");
-        let mut untouched = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut untouched, b"hi").await.unwrap(), b"hi");
+        let (proxy, seen, mut client) = connected().await;
+        let mut untouched = client_of(&proxy).await;
+        assert_echoed(&mut untouched, b"hi").await;
         proxy.set(Mode::DropAnswers);
         client.write_all(b"lost").await.unwrap();
         assert_silent(&mut client).await;
-        assert_eq!(&received.lock().unwrap()[..], b"okhilost");
+        assert_eq!(&seen.received.lock().unwrap()[..], b"okhilost");
         proxy.set(Mode::Pass);
-        assert_eq!(
-            read_error_kind(&mut client).await,
-            ErrorKind::ConnectionReset
-        );
+        assert_reset(&mut client).await;
         // A connection that lost nothing goes on; new ones work.
-        assert_eq!(round_trip(&mut untouched, b"on").await.unwrap(), b"on");
-        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut fresh, b"new").await.unwrap(), b"new");
+        assert_echoed(&mut untouched, b"on").await;
+        assert_echoed(&mut client_of(&proxy).await, b"new").await;
     }
 
     #[tokio::test]
     async fn reset_connections_resets_open_ones_and_serves_new_ones() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"ok").await.unwrap(), b"ok");
+        let (proxy, _, mut client) = connected().await;
         proxy.reset_connections();
-        assert_eq!(
-            read_error_kind(&mut client).await,
-            ErrorKind::ConnectionReset
-        );
-        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut fresh, b"new").await.unwrap(), b"new");
+        assert_reset(&mut client).await;
+        assert_echoed(&mut client_of(&proxy).await, b"new").await;
     }
 
     #[tokio::test]
@@ -793,19 +765,12 @@ mod tests {
         let upstream = dead.local_addr().unwrap();
         drop(dead);
         let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(
-            read_error_kind(&mut client).await,
-            ErrorKind::ConnectionReset
-        );
+        assert_reset(&mut client_of(&proxy).await).await;
     }
 
     #[tokio::test]
     async fn client_close_is_forwarded_and_the_connection_ends() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"bye").await.unwrap(), b"bye");
+        let (proxy, _, mut client) = connected().await;
         client.shutdown().await.unwrap();
         let mut rest = Vec::new();
         client.read_to_end(&mut rest).await.unwrap();
@@ -822,10 +787,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_proxy_closes_its_connections() {
-        let (upstream, _) = echo_server().await;
-        let proxy = FaultProxy::start(upstream).await.unwrap();
-        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut client, b"x").await.unwrap(), b"x");
+        let (proxy, _, mut client) = connected().await;
         drop(proxy);
         let mut byte = [0; 1];
         let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut byte))

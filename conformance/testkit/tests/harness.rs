@@ -72,12 +72,59 @@ async fn published_port(container: &str) -> Option<u16> {
     bindings.filter_map(|b| b.host_port?.parse().ok()).next()
 }
 
-async fn etcd_value(endpoint: &str, key: &[u8]) -> Option<Vec<u8>> {
-    probe::etcd_get(endpoint, key).await.ok().flatten()
+/// Starts `topology`, with the tests' tracing on; and its endpoints, one
+/// a node, each on 127.0.0.1.
+async fn start(topology: Topology) -> (Cluster, Vec<String>) {
+    init_tracing();
+    let cluster = Cluster::start(topology).await.unwrap();
+    let eps = cluster.endpoints();
+    assert_eq!(eps.len(), topology.size());
+    assert!(eps.iter().all(|ep| ep.starts_with("127.0.0.1:")), "{eps:?}");
+    (cluster, eps)
+}
+
+/// The leader `Cluster::start` waited for.
+async fn leader_after_start(cluster: &Cluster) -> usize {
+    cluster
+        .leader_index()
+        .await
+        .unwrap()
+        .expect("a leader after start")
+}
+
+/// The key the etcd tests write.
+const KEY: &[u8] = b"harness/k";
+
+async fn etcd_value(endpoint: &str) -> Option<Vec<u8>> {
+    probe::etcd_get(endpoint, KEY).await.ok().flatten()
+}
+
+async fn assert_etcd_holds(endpoint: &str, value: &[u8]) {
+    assert_eq!(
+        etcd_value(endpoint).await.as_deref(),
+        Some(value),
+        "{endpoint}"
+    );
+}
+
+/// Waits until the member at `endpoint` holds `value` (it caught up).
+async fn until_etcd_holds(what: &str, endpoint: &str, value: &[u8]) {
+    wait_for(what, RECOVERY, || async {
+        (etcd_value(endpoint).await.as_deref() == Some(value)).then_some(())
+    })
+    .await
+    .unwrap();
 }
 
 async fn redis(endpoint: &str, args: &[&[u8]]) -> Resp {
     probe::redis_command(endpoint, args).await.unwrap()
+}
+
+async fn assert_pong(endpoint: &str) {
+    assert_eq!(
+        redis(endpoint, &[b"PING"]).await,
+        Resp::Simple("PONG".into())
+    );
 }
 
 #[tokio::test]
@@ -132,77 +179,57 @@ async fn sweep_removes_only_resources_of_dead_processes() {
 
 #[tokio::test]
 async fn etcd_single_node_serves_and_survives_pause_partition_and_kill() {
-    init_tracing();
-    let cluster = Cluster::start(Topology::Etcd { nodes: 1 }).await.unwrap();
-    let ep = cluster.endpoints()[0].clone();
-    assert!(ep.starts_with("127.0.0.1:"), "{ep}");
+    let (cluster, eps) = start(Topology::Etcd { nodes: 1 }).await;
+    let ep = &eps[0];
     assert_eq!(cluster.leader_index().await.unwrap(), Some(0));
 
     // A real write and read through the JSON gateway, counted by the server.
     let before = cluster.stats(0).await.unwrap();
-    let revision = probe::etcd_put(&ep, b"harness/k", b"v1").await.unwrap();
+    let revision = probe::etcd_put(ep, KEY, b"v1").await.unwrap();
     assert!(revision >= 2, "revision {revision}");
-    assert_eq!(
-        etcd_value(&ep, b"harness/k").await.as_deref(),
-        Some(&b"v1"[..])
-    );
+    assert_etcd_holds(ep, b"v1").await;
     let delta = cluster.stats(0).await.unwrap().since(&before);
     assert_eq!(delta.get("etcd_mvcc_put_total"), 1, "{delta:?}");
     assert!(delta.get("etcd_server_proposals_committed_total") >= 1);
 
     // Paused: the port accepts, nothing answers; then it answers again.
     cluster.pause(0).await.unwrap();
-    assert_times_out(probe::etcd_health(&ep).await);
+    assert_times_out(probe::etcd_health(ep).await);
     cluster.unpause(0).await.unwrap();
     wait_for("etcd to answer after unpause", RECOVERY, || async {
-        probe::etcd_health(&ep).await.ok().filter(|h| *h)
+        probe::etcd_health(ep).await.ok().filter(|h| *h)
     })
     .await
     .unwrap();
 
     // Partitioned from (no) peers: the client path is untouched.
     cluster.partition(0).await.unwrap();
-    assert!(probe::etcd_health(&ep).await.unwrap());
+    assert!(probe::etcd_health(ep).await.unwrap());
     cluster.heal(0).await.unwrap();
 
     // Killed: refused; started: same port, same data.
     let port = cluster.node(0).unwrap().host_port();
     cluster.kill(0).await.unwrap();
-    assert_refused(probe::etcd_health(&ep).await);
+    assert_refused(probe::etcd_health(ep).await);
     cluster.start_node(0).await.unwrap();
     let container = cluster.node(0).unwrap().container().to_string();
     assert_eq!(published_port(&container).await, Some(port));
-    assert_eq!(
-        etcd_value(&ep, b"harness/k").await.as_deref(),
-        Some(&b"v1"[..])
-    );
+    assert_etcd_holds(ep, b"v1").await;
 
     drop_and_assert_removed(cluster).await;
 }
 
 #[tokio::test]
 async fn etcd_three_nodes_fail_over_partition_pause_and_restart() {
-    init_tracing();
-    let cluster = Cluster::start(Topology::Etcd { nodes: 3 }).await.unwrap();
-    let eps = cluster.endpoints();
-    assert_eq!(eps.len(), 3);
-    let leader = cluster
-        .leader_index()
-        .await
-        .unwrap()
-        .expect("a leader after start");
+    let (cluster, eps) = start(Topology::Etcd { nodes: 3 }).await;
+    let leader = leader_after_start(&cluster).await;
     let follower = (leader + 1) % 3;
     let other = (leader + 2) % 3;
 
     // A write through a follower is replicated to every member.
-    probe::etcd_put(&eps[follower], b"harness/k", b"v1")
-        .await
-        .unwrap();
+    probe::etcd_put(&eps[follower], KEY, b"v1").await.unwrap();
     for ep in &eps {
-        assert_eq!(
-            etcd_value(ep, b"harness/k").await.as_deref(),
-            Some(&b"v1"[..])
-        );
+        assert_etcd_holds(ep, b"v1").await;
     }
 
     // Partition a follower: it can't commit, yet its client port answers
@@ -215,19 +242,10 @@ async fn etcd_three_nodes_fail_over_partition_pause_and_restart() {
     )
     .await
     .unwrap();
-    assert!(probe::etcd_put(&eps[follower], b"harness/k", b"lost")
-        .await
-        .is_err());
-    probe::etcd_put(&eps[leader], b"harness/k", b"v2")
-        .await
-        .unwrap();
+    assert!(probe::etcd_put(&eps[follower], KEY, b"lost").await.is_err());
+    probe::etcd_put(&eps[leader], KEY, b"v2").await.unwrap();
     cluster.heal(follower).await.unwrap();
-    wait_for("the healed member to catch up", RECOVERY, || async {
-        (etcd_value(&eps[follower], b"harness/k").await.as_deref() == Some(&b"v2"[..]))
-            .then_some(())
-    })
-    .await
-    .unwrap();
+    until_etcd_holds("the healed member to catch up", &eps[follower], b"v2").await;
 
     // Kill the leader: another member is elected and takes writes.
     let old = cluster.await_leader(RECOVERY, |_| true).await.unwrap();
@@ -235,40 +253,25 @@ async fn etcd_three_nodes_fail_over_partition_pause_and_restart() {
     assert_refused(probe::etcd_status(&eps[old]).await);
     let new = cluster.await_leader(RECOVERY, |i| i != old).await.unwrap();
     assert_ne!(new, old);
-    probe::etcd_put(&eps[new], b"harness/k", b"v3")
-        .await
-        .unwrap();
+    probe::etcd_put(&eps[new], KEY, b"v3").await.unwrap();
     cluster.start_node(old).await.unwrap();
-    wait_for("the restarted member to catch up", RECOVERY, || async {
-        (etcd_value(&eps[old], b"harness/k").await.as_deref() == Some(&b"v3"[..])).then_some(())
-    })
-    .await
-    .unwrap();
+    until_etcd_holds("the restarted member to catch up", &eps[old], b"v3").await;
 
     // Pause a member: its requests time out, the others serve.
     let leader = cluster.await_leader(RECOVERY, |_| true).await.unwrap();
     let paused = if leader == other { follower } else { other };
     cluster.pause(paused).await.unwrap();
     assert_times_out(probe::etcd_status(&eps[paused]).await);
-    probe::etcd_put(&eps[leader], b"harness/k", b"v4")
-        .await
-        .unwrap();
+    probe::etcd_put(&eps[leader], KEY, b"v4").await.unwrap();
     cluster.unpause(paused).await.unwrap();
-    wait_for("the unpaused member to catch up", RECOVERY, || async {
-        (etcd_value(&eps[paused], b"harness/k").await.as_deref() == Some(&b"v4"[..])).then_some(())
-    })
-    .await
-    .unwrap();
+    until_etcd_holds("the unpaused member to catch up", &eps[paused], b"v4").await;
 
     // Restart everything: same ports, same data, a leader again.
     cluster.restart_all().await.unwrap();
     assert_eq!(cluster.endpoints(), eps);
     assert!(cluster.leader_index().await.unwrap().is_some());
     for ep in &eps {
-        assert_eq!(
-            etcd_value(ep, b"harness/k").await.as_deref(),
-            Some(&b"v4"[..])
-        );
+        assert_etcd_holds(ep, b"v4").await;
     }
     let stats = cluster.stats_total().await.unwrap();
     assert!(
@@ -281,21 +284,18 @@ async fn etcd_three_nodes_fail_over_partition_pause_and_restart() {
 
 #[tokio::test]
 async fn zookeeper_single_node_serves_and_survives_pause_and_kill() {
-    init_tracing();
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 1 })
-        .await
-        .unwrap();
-    let ep = cluster.endpoints()[0].clone();
-    assert_eq!(probe::zk_four_letter(&ep, "ruok").await.unwrap(), "imok");
+    let (cluster, eps) = start(Topology::ZooKeeper { nodes: 1 }).await;
+    let ep = &eps[0];
+    assert_eq!(probe::zk_four_letter(ep, "ruok").await.unwrap(), "imok");
     assert_eq!(
-        probe::zk_mode(&ep).await.unwrap().as_deref(),
+        probe::zk_mode(ep).await.unwrap().as_deref(),
         Some("standalone")
     );
     assert_eq!(cluster.leader_index().await.unwrap(), Some(0));
 
     // A real session (two transactions), seen in zxid and the packet counters.
     let before = cluster.stats(0).await.unwrap();
-    let (session, zxid) = probe::zk_session(&ep).await.unwrap();
+    let (session, zxid) = probe::zk_session(ep).await.unwrap();
     assert_ne!(session, 0);
     let after = cluster.stats(0).await.unwrap();
     assert!(
@@ -308,10 +308,10 @@ async fn zookeeper_single_node_serves_and_survives_pause_and_kill() {
     );
 
     cluster.pause(0).await.unwrap();
-    assert_times_out(probe::zk_four_letter(&ep, "ruok").await);
+    assert_times_out(probe::zk_four_letter(ep, "ruok").await);
     cluster.unpause(0).await.unwrap();
     wait_for("ZooKeeper to answer after unpause", RECOVERY, || async {
-        probe::zk_four_letter(&ep, "ruok")
+        probe::zk_four_letter(ep, "ruok")
             .await
             .ok()
             .filter(|a| a == "imok")
@@ -321,26 +321,18 @@ async fn zookeeper_single_node_serves_and_survives_pause_and_kill() {
 
     // Killed: refused; started: same port, the transaction log kept.
     cluster.kill(0).await.unwrap();
-    assert_refused(probe::zk_four_letter(&ep, "ruok").await);
+    assert_refused(probe::zk_four_letter(ep, "ruok").await);
     cluster.start_node(0).await.unwrap();
     assert!(cluster.stats(0).await.unwrap().get("zxid") >= zxid);
-    probe::zk_session(&ep).await.unwrap();
+    probe::zk_session(ep).await.unwrap();
 
     drop_and_assert_removed(cluster).await;
 }
 
 #[tokio::test]
 async fn zookeeper_three_nodes_fail_over_partition_and_pause() {
-    init_tracing();
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
-        .await
-        .unwrap();
-    let eps = cluster.endpoints();
-    let leader = cluster
-        .leader_index()
-        .await
-        .unwrap()
-        .expect("a leader after start");
+    let (cluster, eps) = start(Topology::ZooKeeper { nodes: 3 }).await;
+    let leader = leader_after_start(&cluster).await;
     let follower = (leader + 1) % 3;
     for (i, ep) in eps.iter().enumerate() {
         let mode = probe::zk_mode(ep).await.unwrap();
@@ -406,11 +398,8 @@ async fn zookeeper_three_nodes_fail_over_partition_and_pause() {
 
 #[tokio::test]
 async fn redis_single_master_serves_and_survives_pause_and_kill() {
-    init_tracing();
-    let cluster = Cluster::start(Topology::Redis { masters: 1 })
-        .await
-        .unwrap();
-    let ep = cluster.endpoints()[0].clone();
+    let (cluster, eps) = start(Topology::Redis { masters: 1 }).await;
+    let ep = &eps[0];
     assert!(
         cluster.leader_index().await.is_err(),
         "masters have no leader"
@@ -418,11 +407,11 @@ async fn redis_single_master_serves_and_survives_pause_and_kill() {
 
     let before = cluster.stats(0).await.unwrap();
     assert_eq!(
-        redis(&ep, &[b"SET", b"k", b"v"]).await,
+        redis(ep, &[b"SET", b"k", b"v"]).await,
         Resp::Simple("OK".into())
     );
     assert_eq!(
-        redis(&ep, &[b"GET", b"k"]).await,
+        redis(ep, &[b"GET", b"k"]).await,
         Resp::Bulk(Some(b"v".to_vec()))
     );
     let delta = cluster.stats(0).await.unwrap().since(&before);
@@ -430,32 +419,27 @@ async fn redis_single_master_serves_and_survives_pause_and_kill() {
     assert_eq!(delta.get("cmdstat_get.calls"), 1, "{delta:?}");
 
     cluster.pause(0).await.unwrap();
-    assert_times_out(probe::redis_command(&ep, &[b"PING"]).await);
+    assert_times_out(probe::redis_command(ep, &[b"PING"]).await);
     cluster.unpause(0).await.unwrap();
-    assert_eq!(redis(&ep, &[b"PING"]).await, Resp::Simple("PONG".into()));
+    assert_pong(ep).await;
 
     // No peers: a partition leaves the master serving its clients.
     cluster.partition(0).await.unwrap();
-    assert_eq!(redis(&ep, &[b"PING"]).await, Resp::Simple("PONG".into()));
+    assert_pong(ep).await;
     cluster.heal(0).await.unwrap();
 
     // Killed: refused; started: same port, and empty (no persistence).
     cluster.kill(0).await.unwrap();
-    assert_refused(probe::redis_command(&ep, &[b"PING"]).await);
+    assert_refused(probe::redis_command(ep, &[b"PING"]).await);
     cluster.start_node(0).await.unwrap();
-    assert_eq!(redis(&ep, &[b"GET", b"k"]).await, Resp::Bulk(None));
+    assert_eq!(redis(ep, &[b"GET", b"k"]).await, Resp::Bulk(None));
 
     drop_and_assert_removed(cluster).await;
 }
 
 #[tokio::test]
 async fn redis_three_masters_are_independent() {
-    init_tracing();
-    let cluster = Cluster::start(Topology::Redis { masters: 3 })
-        .await
-        .unwrap();
-    let eps = cluster.endpoints();
-    assert_eq!(eps.len(), 3);
+    let (cluster, eps) = start(Topology::Redis { masters: 3 }).await;
     assert_eq!(
         redis(&eps[0], &[b"SET", b"k", b"0"]).await,
         Resp::Simple("OK".into())
@@ -465,16 +449,10 @@ async fn redis_three_masters_are_independent() {
     cluster.kill(1).await.unwrap();
     assert_refused(probe::redis_command(&eps[1], &[b"PING"]).await);
     for i in [0, 2] {
-        assert_eq!(
-            redis(&eps[i], &[b"PING"]).await,
-            Resp::Simple("PONG".into())
-        );
+        assert_pong(&eps[i]).await;
     }
     cluster.restart(1).await.unwrap();
-    assert_eq!(
-        redis(&eps[1], &[b"PING"]).await,
-        Resp::Simple("PONG".into())
-    );
+    assert_pong(&eps[1]).await;
     let total = cluster.stats_total().await.unwrap();
     assert!(total.get("cmdstat_set.calls") >= 1, "{total:?}");
 

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use bollard::exec::{CreateExecOptions, StartExecResults};
-use futures::StreamExt;
 use serde_json::json;
 
 use super::cluster::Cluster;
@@ -164,39 +162,6 @@ impl Cluster {
             cmd.push(format!("--user=root:{}", auth.root_password));
         }
         cmd.extend(args.iter().map(|a| a.to_string()));
-        let docker = super::docker::connect().await?;
-        let exec = docker
-            .create_exec(
-                node.container(),
-                CreateExecOptions {
-                    cmd: Some(cmd.clone()),
-                    env: Some(vec!["ETCDCTL_API=3".to_string()]),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        if let StartExecResults::Attached { mut output, .. } =
-            docker.start_exec(&exec.id, None).await?
-        {
-            while let Some(chunk) = output.next().await {
-                match chunk? {
-                    bollard::container::LogOutput::StdErr { message } => {
-                        stderr.push_str(&String::from_utf8_lossy(&message))
-                    }
-                    other => stdout.push_str(&other.to_string()),
-                }
-            }
-        }
-        let code = docker.inspect_exec(&exec.id).await?.exit_code;
-        if code != Some(0) {
-            return Err(HarnessError::Protocol(format!(
-                "{} (exit {code:?}): {stderr}{stdout}",
-                cmd.join(" ")
-            )));
-        }
-        Ok(stdout)
+        super::docker::exec(node.container(), cmd, &["ETCDCTL_API=3"]).await
     }
 }

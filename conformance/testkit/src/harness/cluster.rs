@@ -434,6 +434,19 @@ impl Cluster {
         })
     }
 
+    /// What `ask` learns from each [reachable](Self::reachable) node, given
+    /// its endpoint: the nodes that tell, with their index.
+    async fn ask_reachable<T, Fut>(&self, ask: impl Fn(String) -> Fut) -> Vec<(usize, T)>
+    where
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let asked = self.reachable().into_iter().map(|n| {
+            let answer = ask(n.endpoint());
+            async move { Some((n.index, answer.await?)) }
+        });
+        join_all(asked).await.into_iter().flatten().collect()
+    }
+
     /// Whether node `index` answers its protocol right now.
     pub async fn serving(&self, index: usize) -> Result<bool> {
         Ok(self.kind.serving(&self.node(index)?.endpoint()).await)
@@ -513,25 +526,25 @@ impl Cluster {
     /// Freezes node `index` (`docker pause`): its port still accepts
     /// connections, but nothing answers them, and its peers hear nothing.
     pub async fn pause(&self, index: usize) -> Result<()> {
-        let node = self.node(index)?;
-        docker::connect()
-            .await?
-            .pause_container(&node.container)
-            .await?;
-        self.with_state(|s| s[index].paused = true);
-        tracing::info!(node = %node.container, "paused");
-        Ok(())
+        self.set_paused(index, true).await
     }
 
     /// Thaws node `index`.
     pub async fn unpause(&self, index: usize) -> Result<()> {
+        self.set_paused(index, false).await
+    }
+
+    async fn set_paused(&self, index: usize, paused: bool) -> Result<()> {
         let node = self.node(index)?;
-        docker::connect()
-            .await?
-            .unpause_container(&node.container)
-            .await?;
-        self.with_state(|s| s[index].paused = false);
-        tracing::info!(node = %node.container, "unpaused");
+        let docker = docker::connect().await?;
+        if paused {
+            docker.pause_container(&node.container).await?;
+        } else {
+            docker.unpause_container(&node.container).await?;
+        }
+        self.with_state(|s| s[index].paused = paused);
+        let what = if paused { "paused" } else { "unpaused" };
+        tracing::info!(node = %node.container, "{what}");
         Ok(())
     }
 
@@ -594,23 +607,14 @@ impl Cluster {
     /// server is its own leader). Redis has no leader: an error.
     pub async fn leader_index(&self) -> Result<Option<usize>> {
         let quorum = self.nodes.len() / 2 + 1;
-        let asked = self.reachable();
         match self.kind {
             Kind::Redis => Err(HarnessError::Invalid(
                 "independent Redis masters have no leader".into(),
             )),
             Kind::Etcd => {
-                let statuses: Vec<(usize, probe::EtcdStatus)> =
-                    join_all(asked.iter().map(|n| async move {
-                        probe::etcd_status(&n.endpoint())
-                            .await
-                            .ok()
-                            .map(|s| (n.index, s))
-                    }))
-                    .await
-                    .into_iter()
-                    .flatten()
-                    .collect();
+                let statuses = self
+                    .ask_reachable(|ep| async move { probe::etcd_status(&ep).await.ok() })
+                    .await;
                 let mut votes: HashMap<u64, usize> = HashMap::new();
                 for (_, status) in &statuses {
                     if status.leader != 0 {
@@ -628,17 +632,9 @@ impl Cluster {
                     }))
             }
             Kind::ZooKeeper => {
-                let modes: Vec<(usize, String)> = join_all(asked.iter().map(|n| async move {
-                    probe::zk_mode(&n.endpoint())
-                        .await
-                        .ok()
-                        .flatten()
-                        .map(|m| (n.index, m))
-                }))
-                .await
-                .into_iter()
-                .flatten()
-                .collect();
+                let modes = self
+                    .ask_reachable(|ep| async move { probe::zk_mode(&ep).await.ok().flatten() })
+                    .await;
                 if let [(i, mode)] = modes.as_slice() {
                     if mode == "standalone" {
                         return Ok(Some(*i));

@@ -1,9 +1,13 @@
 //! The docker connection, the labels on everything the harness creates, and
-//! the removal of it: per run on drop, and of dead processes' runs by [`sweep`].
+//! the removal of it: per run on drop, and of dead processes' runs by [`sweep`];
+//! commands run in a container, and its logs.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerSummary, Network};
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, LogsOptionsBuilder,
     RemoveContainerOptionsBuilder,
@@ -11,7 +15,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures::StreamExt;
 
-use super::error::Result;
+use super::error::{HarnessError, Result};
 
 /// The label on every container and network the harness creates (value `1`).
 pub const LABEL: &str = "tenure.conformance";
@@ -79,8 +83,15 @@ fn owner_alive(owner: Option<&String>) -> bool {
     }
 }
 
-fn label_filter(label: &str) -> HashMap<&'static str, Vec<String>> {
-    HashMap::from([("label", vec![label.to_string()])])
+/// The ids of `resources` (their labels and id) whose owning process no
+/// longer runs.
+fn orphans(
+    resources: impl Iterator<Item = (Option<HashMap<String, String>>, Option<String>)>,
+) -> Vec<String> {
+    resources
+        .filter(|(labels, _)| !owner_alive(labels.as_ref().and_then(|l| l.get(OWNER_LABEL))))
+        .filter_map(|(_, id)| id)
+        .collect()
 }
 
 /// Containers and networks carrying the harness label.
@@ -99,14 +110,10 @@ impl Leftovers {
     }
 }
 
-/// Lists what the harness created and has not removed: of one run (see
-/// [`Cluster::run_id`](super::Cluster::run_id)) or, with `None`, of all runs.
-pub async fn leftovers(run: Option<&str>) -> Result<Leftovers> {
-    let docker = connect().await?;
-    let filter = match run {
-        Some(run) => label_filter(&format!("{RUN_LABEL}={run}")),
-        None => label_filter(&format!("{LABEL}=1")),
-    };
+/// The containers (stopped ones too) and networks carrying `label`
+/// (`key=value`).
+async fn labelled(docker: &Docker, label: &str) -> Result<(Vec<ContainerSummary>, Vec<Network>)> {
+    let filter = HashMap::from([("label", vec![label.to_string()])]);
     let containers = docker
         .list_containers(Some(
             ListContainersOptionsBuilder::new()
@@ -114,22 +121,30 @@ pub async fn leftovers(run: Option<&str>) -> Result<Leftovers> {
                 .filters(&filter)
                 .build(),
         ))
-        .await?
-        .into_iter()
-        .flat_map(|c| c.names.unwrap_or_default())
-        .map(|n| n.trim_start_matches('/').to_string())
-        .collect();
+        .await?;
     let networks = docker
         .list_networks(Some(
             ListNetworksOptionsBuilder::new().filters(&filter).build(),
         ))
-        .await?
-        .into_iter()
-        .filter_map(|n| n.name)
-        .collect();
+        .await?;
+    Ok((containers, networks))
+}
+
+/// Lists what the harness created and has not removed: of one run (see
+/// [`Cluster::run_id`](super::Cluster::run_id)) or, with `None`, of all runs.
+pub async fn leftovers(run: Option<&str>) -> Result<Leftovers> {
+    let label = match run {
+        Some(run) => format!("{RUN_LABEL}={run}"),
+        None => format!("{LABEL}=1"),
+    };
+    let (containers, networks) = labelled(&connect().await?, &label).await?;
     Ok(Leftovers {
-        containers,
-        networks,
+        containers: containers
+            .into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .collect(),
+        networks: networks.into_iter().filter_map(|n| n.name).collect(),
     })
 }
 
@@ -193,42 +208,13 @@ fn sweep_data() -> usize {
 /// in parallel, are left alone. Returns how many resources were removed.
 pub async fn sweep() -> Result<usize> {
     let docker = connect().await?;
-    let filter = label_filter(&format!("{LABEL}=1"));
+    let (containers, networks) = labelled(&docker, &format!("{LABEL}=1")).await?;
     let mut removed = 0;
-    let containers = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::new()
-                .all(true)
-                .filters(&filter)
-                .build(),
-        ))
-        .await?;
-    for c in containers {
-        let labels = c.labels.unwrap_or_default();
-        if owner_alive(labels.get(OWNER_LABEL)) {
-            continue;
-        }
-        if let Some(id) = c.id {
-            if remove_container(&docker, &id).await.is_ok() {
-                removed += 1;
-            }
-        }
+    for id in orphans(containers.into_iter().map(|c| (c.labels, c.id))) {
+        removed += usize::from(remove_container(&docker, &id).await.is_ok());
     }
-    let networks = docker
-        .list_networks(Some(
-            ListNetworksOptionsBuilder::new().filters(&filter).build(),
-        ))
-        .await?;
-    for n in networks {
-        let labels = n.labels.unwrap_or_default();
-        if owner_alive(labels.get(OWNER_LABEL)) {
-            continue;
-        }
-        if let Some(id) = n.id {
-            if remove_network(&docker, &id).await.is_ok() {
-                removed += 1;
-            }
-        }
+    for id in orphans(networks.into_iter().map(|n| (n.labels, n.id))) {
+        removed += usize::from(remove_network(&docker, &id).await.is_ok());
     }
     if removed > 0 {
         tracing::info!(removed, "swept resources of dead harness runs");
@@ -269,6 +255,40 @@ pub(crate) async fn remove_network(docker: &Docker, id: &str) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Runs `cmd` in `container`, with `env` (`NAME=value`) set; its standard
+/// output, or an error with its output unless it exits 0.
+pub(crate) async fn exec(container: &str, cmd: Vec<String>, env: &[&str]) -> Result<String> {
+    let docker = connect().await?;
+    let options = CreateExecOptions {
+        cmd: Some(cmd.clone()),
+        env: Some(env.iter().map(|e| e.to_string()).collect()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        ..Default::default()
+    };
+    let exec = docker.create_exec(container, options).await?;
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec.id, None).await?
+    {
+        while let Some(chunk) = output.next().await {
+            match chunk? {
+                LogOutput::StdErr { message } => {
+                    stderr.push_str(&String::from_utf8_lossy(&message))
+                }
+                other => stdout.push_str(&other.to_string()),
+            }
+        }
+    }
+    let code = docker.inspect_exec(&exec.id).await?.exit_code;
+    if code != Some(0) {
+        return Err(HarnessError::Protocol(format!(
+            "{} in {container} (exit {code:?}): {stderr}{stdout}",
+            cmd.join(" ")
+        )));
+    }
+    Ok(stdout)
 }
 
 /// A container's stdout and stderr, the last `tail` lines (`None`: all).
@@ -318,15 +338,7 @@ pub(crate) fn remove_run_blocking(run: &str, dump_logs: bool) {
 
 async fn remove_run(run: &str, dump_logs: bool) -> Result<()> {
     let docker = connect().await?;
-    let filter = label_filter(&format!("{RUN_LABEL}={run}"));
-    let containers = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::new()
-                .all(true)
-                .filters(&filter)
-                .build(),
-        ))
-        .await?;
+    let (containers, networks) = labelled(&docker, &format!("{RUN_LABEL}={run}")).await?;
     for c in &containers {
         let Some(id) = &c.id else { continue };
         if dump_logs {
@@ -346,11 +358,6 @@ async fn remove_run(run: &str, dump_logs: bool) -> Result<()> {
             remove_container(&docker, id).await?;
         }
     }
-    let networks = docker
-        .list_networks(Some(
-            ListNetworksOptionsBuilder::new().filters(&filter).build(),
-        ))
-        .await?;
     for n in networks {
         if let Some(id) = n.id {
             remove_network(&docker, &id).await?;

@@ -8,9 +8,6 @@
 
 use std::time::Duration;
 
-use bollard::exec::{CreateExecOptions, StartExecResults};
-use futures::StreamExt;
-
 use super::cluster::{Cluster, Topology};
 use super::error::{HarnessError, Result};
 use super::probe;
@@ -106,7 +103,7 @@ impl Cluster {
         );
         let mut cmd = vec!["sh".to_string(), "-c".to_string(), script, "sh".to_string()];
         cmd.extend(lines);
-        self.exec(index, cmd).await?;
+        super::docker::exec(self.node(index)?.container(), cmd, &[]).await?;
         self.restart(index).await?;
         let endpoint = self.node(index)?.endpoint();
         let conf = probe::zk_four_letter(&endpoint, "conf").await?;
@@ -126,42 +123,6 @@ impl Cluster {
             ?settings,
             "ZooKeeper node restarted with its own settings"
         );
-        Ok(())
-    }
-
-    /// Runs `cmd` in node `index`'s container; an error with its output
-    /// unless it exits 0.
-    async fn exec(&self, index: usize, cmd: Vec<String>) -> Result<()> {
-        let node = self.node(index)?;
-        let docker = super::docker::connect().await?;
-        let exec = docker
-            .create_exec(
-                node.container(),
-                CreateExecOptions {
-                    cmd: Some(cmd.clone()),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        let mut output = String::new();
-        if let StartExecResults::Attached {
-            output: mut out, ..
-        } = docker.start_exec(&exec.id, None).await?
-        {
-            while let Some(chunk) = out.next().await {
-                output.push_str(&chunk?.to_string());
-            }
-        }
-        let code = docker.inspect_exec(&exec.id).await?.exit_code;
-        if code != Some(0) {
-            return Err(HarnessError::Protocol(format!(
-                "{} in {} (exit {code:?}): {output}",
-                cmd.join(" "),
-                node.container()
-            )));
-        }
         Ok(())
     }
 }
