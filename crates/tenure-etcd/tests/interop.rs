@@ -57,6 +57,11 @@ impl Etcdctl {
         .ok()
         .flatten()
     }
+
+    /// The next (key, value) pair within `within`; panics saying `what` was awaited.
+    async fn leader(&mut self, within: Duration, what: &str) -> (String, String) {
+        self.next_leader(within).await.expect(what)
+    }
 }
 
 /// Sends SIGINT to the `etcdctl elect <key>` campaign inside the container
@@ -78,6 +83,12 @@ async fn interrupt(cluster: &Cluster, key: &str) {
     assert!(status.success(), "no etcdctl campaign to interrupt");
 }
 
+/// Prints how long a hand-over (`what`) took, which must be under a second.
+fn handover_under_a_second(what: &str, handover: Duration) {
+    println!("{what}: {:.1} ms", handover.as_secs_f64() * 1e3);
+    assert!(handover < Duration::from_secs(1), "took {handover:?}");
+}
+
 async fn elector(cluster: &Cluster, key: &str, identity: &str) -> Elector {
     Elector::builder(connect(cluster, EtcdOptions::default()).await)
         .key(key)
@@ -91,10 +102,7 @@ async fn elector(cluster: &Cluster, key: &str, identity: &str) -> Elector {
 async fn tenure_waits_behind_etcdctl_and_leads_when_it_resigns() {
     let cluster = etcd().await;
     let mut go = Etcdctl::spawn(&cluster, &["interop-a", "go-peer"]);
-    let (go_key, value) = go
-        .next_leader(Duration::from_secs(10))
-        .await
-        .expect("etcdctl leads");
+    let (go_key, value) = go.leader(Duration::from_secs(10), "etcdctl leads").await;
     assert_eq!(value, "go-peer");
     assert!(go_key.starts_with("interop-a/"), "{go_key}");
 
@@ -115,12 +123,10 @@ async fn tenure_waits_behind_etcdctl_and_leads_when_it_resigns() {
     let interrupted = Instant::now();
     interrupt(&cluster, "interop-a").await;
     let (led_at, leadership) = campaign.await.unwrap().unwrap();
-    let handover = led_at - interrupted;
-    println!(
-        "etcdctl resigned -> tenure leads: {:.1} ms (includes docker exec pkill)",
-        handover.as_secs_f64() * 1e3
+    handover_under_a_second(
+        "etcdctl resigned -> tenure leads (includes docker exec pkill)",
+        led_at - interrupted,
     );
-    assert!(handover < Duration::from_secs(1), "took {handover:?}");
     assert!(leadership.is_valid());
     let _ = go.child.wait().await;
 }
@@ -134,9 +140,8 @@ async fn etcdctl_waits_behind_tenure_and_leads_when_tenure_resigns() {
     // etcdctl's observer sees tenure's candidate as the leader.
     let mut listener = Etcdctl::spawn(&cluster, &["-l", "interop-b"]);
     let (_, value) = listener
-        .next_leader(Duration::from_secs(10))
-        .await
-        .expect("etcdctl observes");
+        .leader(Duration::from_secs(10), "etcdctl observes")
+        .await;
     assert_eq!(value, "rust-replica");
 
     let mut go = Etcdctl::spawn(&cluster, &["interop-b", "go-peer"]);
@@ -148,20 +153,14 @@ async fn etcdctl_waits_behind_tenure_and_leads_when_tenure_resigns() {
     let resigned = Instant::now();
     leadership.resign().await.unwrap();
     let (_, value) = go
-        .next_leader(Duration::from_secs(5))
-        .await
-        .expect("etcdctl leads after tenure resigns");
+        .leader(Duration::from_secs(5), "etcdctl leads after tenure resigns")
+        .await;
     let handover = resigned.elapsed();
     assert_eq!(value, "go-peer");
-    println!(
-        "tenure resigned -> etcdctl leads: {:.1} ms",
-        handover.as_secs_f64() * 1e3
-    );
-    assert!(handover < Duration::from_secs(1), "took {handover:?}");
+    handover_under_a_second("tenure resigned -> etcdctl leads", handover);
     let (_, value) = listener
-        .next_leader(Duration::from_secs(5))
-        .await
-        .expect("listener sees the change");
+        .leader(Duration::from_secs(5), "listener sees the change")
+        .await;
     assert_eq!(value, "go-peer");
     interrupt(&cluster, "interop-b").await;
 }

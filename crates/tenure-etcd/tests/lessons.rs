@@ -4,11 +4,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{candidacy, connect, connect_proxied, etcd, hold, key_of, keys, TTL};
+use common::{
+    a_holds_b_waits, candidacy, candidacy_with_ttl, client, connect, connect_proxied, etcd, hold,
+    hold_with, key_of, keys, wait_for_grant, TTL,
+};
 use futures::StreamExt;
 use tenure_conformance::{Link, LinkFault};
 use tenure_core::{
-    AcquireMode, Acquisition, Candidacy, CandidateId, ElectionKey, Error, LeaderEvent, LeaseBackend,
+    AcquireMode, Acquisition, CandidateId, ElectionKey, Error, LeaderEvent, LeaseBackend,
 };
 use tenure_etcd::etcd_client::PutOptions;
 use tenure_etcd::{EtcdBackend, EtcdOptions};
@@ -19,7 +22,7 @@ use tokio::time::Instant;
 #[tokio::test(flavor = "multi_thread")]
 async fn key_layout_and_token_match_concurrency_election() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     let lease = hold(&a, "layout", "replica-a").await;
     let found = keys(&a, "layout/").await;
     assert_eq!(found.len(), 1);
@@ -37,20 +40,9 @@ async fn key_layout_and_token_match_concurrency_election() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_campaign_keeps_its_lease_alive_for_longer_than_the_ttl() {
     let cluster = etcd().await;
-    let (a, b) = (
-        connect(&cluster, EtcdOptions::default()).await,
-        connect(&cluster, EtcdOptions::default()).await,
-    );
-    let lease = hold(&a, "patience", "a").await;
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.acquire(&candidacy("patience", "b"), AcquireMode::Wait)
-                .await
-        })
-    };
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let (mut lease, waiting) = a_holds_b_waits(&a, &b, "patience").await;
     // Hold for three TTLs, renewing; b's candidate key must survive the wait.
-    let mut lease = lease;
     for _ in 0..9 {
         tokio::time::sleep(TTL / 3).await;
         lease = a.renew(&lease).await.unwrap();
@@ -62,7 +54,8 @@ async fn a_waiting_campaign_keeps_its_lease_alive_for_longer_than_the_ttl() {
     );
     let released = Instant::now();
     a.release(&lease).await.unwrap();
-    let granted = waiting.await.unwrap().unwrap().granted().expect("b leads");
+    let (outcome, _) = waiting.await.unwrap();
+    let granted = outcome.unwrap().granted().expect("b leads");
     assert!(granted.is_valid());
     assert!(released.elapsed() < Duration::from_secs(1));
 }
@@ -70,32 +63,13 @@ async fn a_waiting_campaign_keeps_its_lease_alive_for_longer_than_the_ttl() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_campaign_whose_key_vanished_while_waiting_does_not_claim_leadership() {
     let cluster = etcd().await;
-    let (a, b) = (
-        connect(&cluster, EtcdOptions::default()).await,
-        connect(&cluster, EtcdOptions::default()).await,
-    );
-    let lease = hold(&a, "vanish", "a").await;
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.acquire(&candidacy("vanish", "b"), AcquireMode::Wait)
-                .await
-        })
-    };
-    let b_key = loop {
-        if let Some((k, _, _)) = keys(&a, "vanish/")
-            .await
-            .into_iter()
-            .find(|(_, v, _)| v == "b")
-        {
-            break k;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let (lease, waiting) = a_holds_b_waits(&a, &b, "vanish").await;
+    let b_key = key_of(&a, "vanish/", "b").await;
     // Someone deletes b's candidate key by hand (or its lease expired during an outage).
     a.client().kv_client().delete(b_key, None).await.unwrap();
     a.release(&lease).await.unwrap();
-    let outcome = waiting.await.unwrap();
+    let (outcome, _) = waiting.await.unwrap();
     assert!(
         matches!(outcome, Err(ref e) if e.is_retryable()),
         "must not lead on a vanished key: {:?}",
@@ -107,7 +81,7 @@ async fn a_campaign_whose_key_vanished_while_waiting_does_not_claim_leadership()
 #[tokio::test(flavor = "multi_thread")]
 async fn release_never_deletes_a_key_it_did_not_create() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     let lease = hold(&a, "guarded", "a").await;
     let (key, _, _) = keys(&a, "guarded/").await.remove(0);
     // The key is deleted and recreated by someone else under the same name.
@@ -141,29 +115,20 @@ async fn release_never_deletes_a_key_it_did_not_create() {
 async fn a_waiting_campaign_outlives_the_request_timeout() {
     let cluster = etcd().await;
     let short = EtcdOptions::default().with_request_timeout(Duration::from_millis(300));
-    let (a, b) = (
-        connect(&cluster, EtcdOptions::default()).await,
-        connect(&cluster, short).await,
-    );
-    let lease = hold(&a, "slow", "a").await;
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move { b.acquire(&candidacy("slow", "b"), AcquireMode::Wait).await })
-    };
+    let (a, b) = (client(&cluster).await, connect(&cluster, short).await);
+    let (lease, waiting) = a_holds_b_waits(&a, &b, "slow").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!waiting.is_finished(), "the wait ended early");
     let lease = a.renew(&lease).await.unwrap();
     a.release(&lease).await.unwrap();
-    assert!(waiting.await.unwrap().unwrap().granted().is_some());
+    let (outcome, _) = waiting.await.unwrap();
+    assert!(outcome.unwrap().granted().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dropped_campaign_leaves_no_key_behind() {
     let cluster = etcd().await;
-    let (a, b) = (
-        connect(&cluster, EtcdOptions::default()).await,
-        connect(&cluster, EtcdOptions::default()).await,
-    );
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
     let lease = hold(&a, "dropped", "a").await;
     let b_wants = candidacy("dropped", "b");
     let attempt = b.acquire(&b_wants, AcquireMode::Wait);
@@ -183,16 +148,11 @@ async fn a_dropped_campaign_leaves_no_key_behind() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ttl_below_the_servers_minimum_is_refused_and_leaves_nothing() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     // The harness runs etcd with a 50 ms heartbeat and a 500 ms election
     // timeout, so its minimum lease TTL is 1 s: 1 s works. Sub-second TTLs
     // are refused before any request by the 1 s granularity.
-    let c = tenure_core::Candidacy::new(
-        tenure_core::ElectionKey::new("tiny").unwrap(),
-        tenure_core::CandidateId::new("a").unwrap(),
-        Duration::from_millis(500),
-    )
-    .unwrap();
+    let c = candidacy_with_ttl("tiny", "a", Duration::from_millis(500));
     assert!(matches!(
         a.acquire(&c, AcquireMode::Once).await,
         Err(Error::InvalidArgument { field: "ttl", .. })
@@ -207,31 +167,12 @@ async fn a_waiter_whose_key_went_after_its_predecessor_does_not_claim_from_histo
     // heard of A's going: B's answers are slow. Read as of A's deletion, B's
     // key was there and first in line; it is not there now, and C leads.
     let cluster = etcd().await;
-    let (a, c) = (
-        connect(&cluster, EtcdOptions::default()).await,
-        connect(&cluster, EtcdOptions::default()).await,
-    );
+    let (a, c) = (client(&cluster).await, client(&cluster).await);
     let (b, b_link) = connect_proxied(&cluster, EtcdOptions::default()).await;
     let lease_a = hold(&a, "history", "a").await;
-    let b_waits = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            let outcome = b
-                .acquire(&candidacy("history", "b"), AcquireMode::Wait)
-                .await;
-            (Instant::now(), outcome)
-        })
-    };
+    let b_waits = wait_for_grant(&b, candidacy("history", "b"));
     let b_key = key_of(&a, "history/", "b").await;
-    let c_waits = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            let outcome = c
-                .acquire(&candidacy("history", "c"), AcquireMode::Wait)
-                .await;
-            (Instant::now(), outcome)
-        })
-    };
+    let c_waits = wait_for_grant(&c, candidacy("history", "c"));
     key_of(&a, "history/", "c").await;
     // Let both watches settle on their predecessors.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -244,7 +185,7 @@ async fn a_waiter_whose_key_went_after_its_predecessor_does_not_claim_from_histo
     a.client().kv_client().delete(b_key, None).await.unwrap();
     let deleted_at = Instant::now();
 
-    let (c_led_at, c_outcome) = c_waits.await.unwrap();
+    let (c_outcome, c_led_at) = c_waits.await.unwrap();
     let c_lease = c_outcome
         .expect("c's campaign")
         .granted()
@@ -262,7 +203,7 @@ async fn a_waiter_whose_key_went_after_its_predecessor_does_not_claim_from_histo
             }
         })
     };
-    let (b_ended_at, b_outcome) = b_waits.await.unwrap();
+    let (b_outcome, b_ended_at) = b_waits.await.unwrap();
     c_renews.abort();
     match b_outcome {
         Ok(Acquisition::Granted(b_lease)) => {
@@ -315,21 +256,15 @@ async fn a_renewal_never_takes_an_abandoned_renewals_answer_as_its_own() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dropped_campaign_is_withdrawn_despite_a_transient_error() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     let short = EtcdOptions::default().with_request_timeout(Duration::from_millis(300));
     let (b, b_link) = connect_proxied(&cluster, short).await;
     let lease = hold(&a, "withdrawn", "a").await;
     // A long TTL, so that b's key cannot expire on its own during the test.
-    let b_wants = Candidacy::new(
-        ElectionKey::new("withdrawn").unwrap(),
-        CandidateId::new("b").unwrap(),
-        Duration::from_secs(6),
-    )
-    .unwrap();
-    let attempt = {
-        let b = b.clone();
-        tokio::spawn(async move { b.acquire(&b_wants, AcquireMode::Wait).await })
-    };
+    let attempt = wait_for_grant(
+        &b,
+        candidacy_with_ttl("withdrawn", "b", Duration::from_secs(6)),
+    );
     key_of(&a, "withdrawn/", "b").await;
     // Every connection of b's is reset when its withdrawal goes out (a
     // member restarting), for one second.
@@ -382,7 +317,7 @@ async fn foreign_candidate(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_foreign_leader_with_a_long_or_binary_value_is_shown_lossily() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     // `etcdctl elect` with a JSON proposal of 300 bytes.
     let proposal = format!(
         "{{\"addr\":\"10.0.0.7:8080\",\"meta\":\"{}\"}}",
@@ -420,13 +355,10 @@ async fn a_foreign_leader_with_a_long_or_binary_value_is_shown_lossily() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_non_utf8_predecessor_key_is_watched_by_its_bytes() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     let foreign = foreign_candidate(&a, &b"bytes/\xff\xfe01"[..], "go-service").await;
-    let b = connect(&cluster, EtcdOptions::default()).await;
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move { b.acquire(&candidacy("bytes", "b"), AcquireMode::Wait).await })
-    };
+    let b = client(&cluster).await;
+    let waiting = wait_for_grant(&b, candidacy("bytes", "b"));
     key_of(&a, "bytes/", "b").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = cluster.stats_total().await.unwrap();
@@ -447,12 +379,11 @@ async fn a_non_utf8_predecessor_key_is_watched_by_its_bytes() {
         "a waiting candidate sent {sent} requests in one second: it is not watching its predecessor's key"
     );
     a.client().lease_client().revoke(foreign).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(1), waiting)
+    let (outcome, _) = tokio::time::timeout(Duration::from_secs(1), waiting)
         .await
         .expect("b leads once the foreign key is gone")
-        .unwrap()
         .unwrap();
-    assert!(granted.granted().is_some());
+    assert!(outcome.unwrap().granted().is_some());
 }
 
 /// A holder whose key is deleted out of band (`etcdctl del`, an operator's
@@ -462,10 +393,7 @@ async fn a_non_utf8_predecessor_key_is_watched_by_its_bytes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_holder_whose_key_is_deleted_stops_being_valid_within_50ms() {
     let cluster = etcd().await;
-    let (a, operator) = (
-        connect(&cluster, EtcdOptions::default()).await,
-        connect(&cluster, EtcdOptions::default()).await,
-    );
+    let (a, operator) = (client(&cluster).await, client(&cluster).await);
     let mut took = Vec::new();
     for trial in 0..100 {
         let name = format!("deleted-{trial}");
@@ -495,21 +423,14 @@ async fn a_holder_whose_key_is_deleted_stops_being_valid_within_50ms() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_single_attempt_returns_with_its_key_withdrawn() {
     let cluster = etcd().await;
-    let a = connect(&cluster, EtcdOptions::default()).await;
+    let a = client(&cluster).await;
     let (b, link) = connect_proxied(&cluster, EtcdOptions::default()).await;
     // b's requests reach the server 400 ms after they are sent, and their
     // answers come 400 ms later.
     let one_way = Duration::from_millis(400);
     link.set(LinkFault::Delay(one_way * 2)).await.unwrap();
     // A TTL long enough for a's key to outlast b's slow attempt.
-    let wants = |who: &str| {
-        Candidacy::new(
-            ElectionKey::new("withdrawn").unwrap(),
-            CandidateId::new(who).unwrap(),
-            Duration::from_secs(10),
-        )
-        .unwrap()
-    };
+    let wants = |who: &str| candidacy_with_ttl("withdrawn", who, Duration::from_secs(10));
     let attempt = tokio::spawn({
         let (b, wants) = (b.clone(), wants("b"));
         async move { b.acquire(&wants, AcquireMode::Once).await }
@@ -517,10 +438,7 @@ async fn a_refused_single_attempt_returns_with_its_key_withdrawn() {
     // a is granted after b's read found the key vacant, long before b's
     // lease grant and its key reach the server.
     tokio::time::sleep(one_way * 3 / 2).await;
-    let lease = match a.acquire(&wants("a"), AcquireMode::Once).await.unwrap() {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(holder) => panic!("a vacant key is held by {holder:?}"),
-    };
+    let lease = hold_with(&a, &wants("a")).await;
     match attempt.await.unwrap().unwrap() {
         Acquisition::Held(holder) => assert_eq!(holder.identity.as_str(), "a"),
         Acquisition::Granted(_) => panic!("b was granted a key a holds"),

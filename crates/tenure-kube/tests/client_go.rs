@@ -11,50 +11,35 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    candidacy, env, go_lease, hold, lease_transitions, rv, spec, wall_clock_at, GoCandidate,
-    GoRecord, TTL,
+    env, go_lease, granted_within, held_by, hold, lease_transitions, leave_free, rv, spec,
+    wait_for_grant, wall_clock_at, Env, GoCandidate, GoRecord, TTL,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::chrono::{DateTime, TimeDelta, Utc};
 use kube::api::PostParams;
-use tenure_core::{AcquireMode, Acquisition, FencingToken, LeaseBackend};
+use tenure_core::{FencingToken, LeaseBackend};
 use tenure_kube::TOKEN_ANNOTATION;
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, Instant};
 
 const DURATION_SECS: i32 = TTL.as_secs() as i32;
 
-/// Starts a waiting acquire; yields its outcome and when it came.
-fn wait_for_grant(
-    backend: &std::sync::Arc<tenure_kube::KubeBackend>,
-    key: &str,
-    who: &str,
-) -> tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)> {
-    let (backend, wants) = (backend.clone(), candidacy(key, who));
-    tokio::spawn(async move {
-        let outcome = backend.acquire(&wants, AcquireMode::Wait).await;
-        (outcome, Instant::now())
-    })
+/// A client-go holder of Lease `billing`, four transitions in.
+async fn go_holds_billing(env: &Env) -> GoCandidate {
+    let mut go = GoCandidate::new(env.raw.clone(), "billing", "go-replica", DURATION_SECS);
+    go.create_held(4).await;
+    go
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it_stops() {
     let env = env().await;
-    let raw = env.raw().await;
-    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
-    go.create_held(4).await;
+    let mut go = go_holds_billing(&env).await;
     let tenure = env.backend().await;
 
-    match tenure
-        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
-        Acquisition::Held(info) => {
-            assert_eq!(info.identity.as_str(), "go-replica");
-            assert_eq!(info.token, None, "a client-go holder has no token");
-        }
-        Acquisition::Granted(_) => panic!("took a Lease its Go holder had just written"),
-    }
+    // Not taken: its Go holder had just written it.
+    let holder = held_by(&tenure, "billing", "rust-replica").await;
+    assert_eq!(holder.identity.as_str(), "go-replica");
+    assert_eq!(holder.token, None, "a client-go holder has no token");
 
     // The Go holder renews every 300 ms for twice its lease duration.
     let waiting = wait_for_grant(&tenure, "billing", "rust-replica");
@@ -76,11 +61,12 @@ async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it
 
     // It stops renewing: tenure takes over once it has seen the record
     // unchanged for leaseDurationSeconds, by its own clock.
-    let (outcome, granted_at) = timeout(TTL + Duration::from_secs(3), waiting)
-        .await
-        .expect("tenure never took the abandoned Lease")
-        .unwrap();
-    let lease = outcome.unwrap().granted().expect("granted");
+    let (lease, granted_at) = granted_within(
+        TTL + Duration::from_secs(3),
+        waiting,
+        "tenure never took the abandoned Lease",
+    )
+    .await;
     let after_last_renewal = granted_at - last_sent;
     println!("taken over {after_last_renewal:?} after the Go holder's last renewal was sent");
     assert!(
@@ -98,7 +84,7 @@ async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it
         "token {token} is not above the Go holder's last write, {}",
         rv(go.last())
     );
-    let taken = spec(&raw, "billing").await;
+    let taken = spec(&env.raw, "billing").await;
     assert_eq!(taken.holder_identity.as_deref(), Some("rust-replica"));
     assert_eq!(taken.lease_transitions, Some(5));
     assert_eq!(taken.lease_duration_seconds, Some(DURATION_SECS));
@@ -111,9 +97,7 @@ async fn a_client_go_holder_keeps_the_lease_while_it_renews_and_loses_it_when_it
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_go_release_hands_over_at_once() {
     let env = env().await;
-    let raw = env.raw().await;
-    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
-    go.create_held(4).await;
+    let mut go = go_holds_billing(&env).await;
     let tenure = env.backend().await;
     let waiting = wait_for_grant(&tenure, "billing", "rust-replica");
     sleep(Duration::from_millis(300)).await;
@@ -121,11 +105,8 @@ async fn a_client_go_release_hands_over_at_once() {
 
     let released = Instant::now();
     go.release().await;
-    let (outcome, granted_at) = timeout(TTL, waiting)
-        .await
-        .expect("tenure did not take the released Lease")
-        .unwrap();
-    let lease = outcome.unwrap().granted().expect("granted");
+    let (lease, granted_at) =
+        granted_within(TTL, waiting, "tenure did not take the released Lease").await;
     let handover = granted_at - released;
     println!("hand-over after a client-go release: {handover:?}");
     // The released record says 1 s: waiting that out would take longer.
@@ -138,7 +119,7 @@ async fn a_client_go_release_hands_over_at_once() {
         token > rv(go.last()),
         "token {token} is not above the release"
     );
-    let taken = spec(&raw, "billing").await;
+    let taken = spec(&env.raw, "billing").await;
     assert_eq!(taken.holder_identity.as_deref(), Some("rust-replica"));
     assert_eq!(taken.lease_transitions, Some(5));
 }
@@ -146,12 +127,11 @@ async fn a_client_go_release_hands_over_at_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_until_released() {
     let env = env().await;
-    let raw = env.raw().await;
     let tenure = env.backend().await;
     let mut lease = hold(&tenure, "billing", "rust-replica").await;
     let token = lease.token().expect("a token");
 
-    let first = spec(&raw, "billing").await;
+    let first = spec(&env.raw, "billing").await;
     assert_eq!(first.holder_identity.as_deref(), Some("rust-replica"));
     assert_eq!(first.lease_duration_seconds, Some(DURATION_SECS));
     assert!(first.acquire_time.is_some(), "no acquireTime: {first:?}");
@@ -162,7 +142,7 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
     // tenure renews every TTL/3, but at most once a wall-clock second (a
     // renewal within the second of the one before waits for the next: a
     // client-go peer could not tell them apart): it never gets in.
-    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
+    let mut go = GoCandidate::new(env.raw.clone(), "billing", "go-replica", DURATION_SECS);
     let mut last = first;
     let mut renewals = 0;
     let (until, mut renewed_at) = (Instant::now() + TTL * 2, Instant::now());
@@ -176,7 +156,7 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
             renewed_at = Instant::now();
             lease = tenure.renew(&lease).await.expect("renew");
             renewals += 1;
-            let now = spec(&raw, "billing").await;
+            let now = spec(&env.raw, "billing").await;
             let (was, is) = (last.renew_time.clone(), now.renew_time.clone());
             assert!(
                 is.as_ref().map(|t| t.0) > was.as_ref().map(|t| t.0),
@@ -193,7 +173,7 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
 
     // Released, the record is what client-go's release writes ...
     tenure.release(&lease).await.expect("release");
-    let released = spec(&raw, "billing").await;
+    let released = spec(&env.raw, "billing").await;
     assert_eq!(released.holder_identity.as_deref(), Some(""));
     assert_eq!(released.lease_duration_seconds, Some(1));
     assert_eq!(released.lease_transitions, Some(transitions));
@@ -202,7 +182,7 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
         go.try_acquire_or_renew().await,
         "the Go candidate could not take the released Lease"
     );
-    let taken = spec(&raw, "billing").await;
+    let taken = spec(&env.raw, "billing").await;
     assert_eq!(taken.holder_identity.as_deref(), Some("go-replica"));
     assert_eq!(taken.lease_transitions, Some(transitions + 1));
     // client-go keeps the annotations: tenure's token is still on the Lease,
@@ -213,20 +193,13 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
         Some(token.get().to_string().as_str()),
         "the Go candidate did not keep tenure's annotations"
     );
-    match tenure
-        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
-        Acquisition::Held(info) => {
-            assert_eq!(info.identity.as_str(), "go-replica");
-            assert_eq!(
-                info.token, None,
-                "the Go holder was reported with the token of tenure's term"
-            );
-        }
-        Acquisition::Granted(_) => panic!("tenure took the Go candidate's fresh Lease"),
-    }
+    // Not taken: the Go candidate's Lease is fresh.
+    let holder = held_by(&tenure, "billing", "rust-replica").await;
+    assert_eq!(holder.identity.as_str(), "go-replica");
+    assert_eq!(
+        holder.token, None,
+        "the Go holder was reported with the token of tenure's term"
+    );
 }
 
 /// With `Fencing::LeaseTransitions`, tokens are client-go's own
@@ -235,40 +208,20 @@ async fn a_tenure_lease_reads_as_client_go_expects_and_a_go_candidate_stays_out_
 #[tokio::test(flavor = "multi_thread")]
 async fn with_lease_transitions_tokens_are_client_gos_transitions() {
     let env = env().await;
-    let raw = env.raw().await;
-    let mut go = GoCandidate::new(raw.clone(), "billing", "go-replica", DURATION_SECS);
-    go.create_held(4).await;
+    let mut go = go_holds_billing(&env).await;
     let tenure = env.backend_with(lease_transitions()).await;
-    match tenure
-        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
-        Acquisition::Held(info) => {
-            assert_eq!(info.identity.as_str(), "go-replica");
-            assert_eq!(info.token, Some(FencingToken::new(4)));
-        }
-        Acquisition::Granted(_) => panic!("took a Lease its Go holder had just written"),
-    }
+    let holder = held_by(&tenure, "billing", "rust-replica").await;
+    assert_eq!(holder.identity.as_str(), "go-replica");
+    assert_eq!(holder.token, Some(FencingToken::new(4)));
     let waiting = wait_for_grant(&tenure, "billing", "rust-replica");
     go.release().await;
-    let (outcome, _) = timeout(TTL, waiting)
-        .await
-        .expect("tenure did not take the released Lease")
-        .unwrap();
-    let lease = outcome.unwrap().granted().expect("granted");
+    let (lease, _) = granted_within(TTL, waiting, "tenure did not take the released Lease").await;
     assert_eq!(lease.token(), Some(FencingToken::new(5)));
-    assert_eq!(spec(&raw, "billing").await.lease_transitions, Some(5));
+    assert_eq!(spec(&env.raw, "billing").await.lease_transitions, Some(5));
     tenure.release(&lease).await.unwrap();
     assert!(go.try_acquire_or_renew().await);
-    match tenure
-        .acquire(&candidacy("billing", "rust-replica"), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
-        Acquisition::Held(info) => assert_eq!(info.token, Some(FencingToken::new(6))),
-        Acquisition::Granted(_) => panic!("tenure took the Go candidate's fresh Lease"),
-    }
+    let holder = held_by(&tenure, "billing", "rust-replica").await;
+    assert_eq!(holder.token, Some(FencingToken::new(6)));
 }
 
 /// The stand-in is as strict as client-go: `tryAcquireOrRenew` compares the
@@ -278,21 +231,25 @@ async fn with_lease_transitions_tokens_are_client_gos_transitions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_client_go_stand_in_sees_two_renewals_within_one_second_as_one() {
     let env = env().await;
-    let raw = env.raw().await;
     let second: DateTime<Utc> = "2030-01-01T00:00:00Z".parse().unwrap();
     let at = |millis: i64| MicroTime(second + TimeDelta::milliseconds(millis));
     let mut lease = go_lease("seconds", "holder", DURATION_SECS, 3);
     lease.spec.as_mut().unwrap().renew_time = Some(at(100));
-    let mut current = raw.create(&PostParams::default(), &lease).await.unwrap();
+    let mut current = env
+        .raw
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
 
-    let mut go = GoCandidate::new(raw.clone(), "seconds", "go-replica", DURATION_SECS);
+    let mut go = GoCandidate::new(env.raw.clone(), "seconds", "go-replica", DURATION_SECS);
     assert!(!go.try_acquire_or_renew().await, "took a held Lease");
     let first_look = go.observed_time();
     let first = GoRecord::of(current.spec.as_ref().unwrap()).raw();
 
     // A renewal 500 ms later, in the same second.
     current.spec.as_mut().unwrap().renew_time = Some(at(600));
-    current = raw
+    current = env
+        .raw
         .replace("seconds", &PostParams::default(), &current)
         .await
         .unwrap();
@@ -311,7 +268,8 @@ async fn the_client_go_stand_in_sees_two_renewals_within_one_second_as_one() {
 
     // One in the next second is a change.
     current.spec.as_mut().unwrap().renew_time = Some(at(1_000));
-    raw.replace("seconds", &PostParams::default(), &current)
+    env.raw
+        .replace("seconds", &PostParams::default(), &current)
         .await
         .unwrap();
     let before = Instant::now();
@@ -332,15 +290,13 @@ async fn the_client_go_stand_in_sees_two_renewals_within_one_second_as_one() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_go_candidate_never_acquires_before_a_renewed_holders_valid_until() {
     let env = env().await;
-    let raw = env.raw().await;
     let tenure = env.backend().await;
     // The Lease exists already: the grant is one take-over.
-    let first = hold(&tenure, "seconds", "rust-replica").await;
-    tenure.release(&first).await.unwrap();
+    leave_free(&tenure, "seconds", "rust-replica").await;
 
     let second = wall_clock_at(Utc::now().timestamp() + 1, Duration::from_millis(50)).await;
     let lease = hold(&tenure, "seconds", "rust-replica").await;
-    let mut go = GoCandidate::new(raw.clone(), "seconds", "go-replica", DURATION_SECS);
+    let mut go = GoCandidate::new(env.raw.clone(), "seconds", "go-replica", DURATION_SECS);
     wall_clock_at(second, Duration::from_millis(100)).await;
     assert!(
         !go.try_acquire_or_renew().await,

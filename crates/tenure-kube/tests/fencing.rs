@@ -5,9 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{candidacy, env, hold, lease_transitions};
+use common::{env, env_with, held_by, hold, lease_transitions, leave_free};
 use futures::StreamExt;
-use tenure_core::{AcquireMode, Acquisition, ElectionKey, LeaderEvent, LeaseBackend};
+use tenure_core::{ElectionKey, LeaderEvent, LeaseBackend};
 use tokio::time::timeout;
 
 /// Renewals move the Lease's resourceVersion but not the term's token: a
@@ -15,28 +15,18 @@ use tokio::time::timeout;
 /// and after renewals.
 #[tokio::test(flavor = "multi_thread")]
 async fn held_and_watch_report_the_holders_own_token_across_renewals() {
-    let env = env().await;
-    let raw = env.raw().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (env, [a, b]) = env_with().await;
     let mut lease = hold(&a, "observed", "a").await;
     let token = lease.token().expect("a token");
-    let first_rv = common::rv(&raw.get("observed").await.unwrap());
+    let first_rv = common::rv(&env.raw.get("observed").await.unwrap());
     for round in 0..3 {
         if round > 0 {
             lease = a.renew(&lease).await.expect("renew");
             assert_eq!(lease.token(), Some(token), "a renewal changed the token");
         }
-        match b
-            .acquire(&candidacy("observed", "b"), AcquireMode::Once)
-            .await
-            .unwrap()
-        {
-            Acquisition::Held(info) => {
-                assert_eq!(info.identity.as_str(), "a");
-                assert_eq!(info.token, Some(token), "round {round}: Held");
-            }
-            Acquisition::Granted(_) => panic!("b was granted a held Lease"),
-        }
+        let holder = held_by(&b, "observed", "b").await;
+        assert_eq!(holder.identity.as_str(), "a");
+        assert_eq!(holder.token, Some(token), "round {round}: Held");
         let mut watch = b
             .watch(&ElectionKey::new("observed").unwrap())
             .await
@@ -54,7 +44,7 @@ async fn held_and_watch_report_the_holders_own_token_across_renewals() {
             other => panic!("round {round}: the watch began with {other:?}"),
         }
     }
-    let last_rv = common::rv(&raw.get("observed").await.unwrap());
+    let last_rv = common::rv(&env.raw.get("observed").await.unwrap());
     assert!(
         last_rv > first_rv,
         "the renewals did not move the resourceVersion"
@@ -67,7 +57,6 @@ async fn held_and_watch_report_the_holders_own_token_across_renewals() {
 #[tokio::test(flavor = "multi_thread")]
 async fn lease_transitions_tokens_restart_after_deletion_as_their_capabilities_say() {
     let env = env().await;
-    let raw = env.raw().await;
     let a = env.backend_with(lease_transitions()).await;
     assert!(!a.capabilities().tokens_survive_state_loss);
     assert!(env.backend().await.capabilities().tokens_survive_state_loss);
@@ -78,7 +67,10 @@ async fn lease_transitions_tokens_restart_after_deletion_as_their_capabilities_s
         a.release(&lease).await.unwrap();
     }
     assert_eq!(tokens, [0, 1, 2]);
-    raw.delete("counted", &Default::default()).await.unwrap();
+    env.raw
+        .delete("counted", &Default::default())
+        .await
+        .unwrap();
     let lease = hold(&a, "counted", "a").await;
     assert_eq!(lease.token().map(|t| t.get()), Some(0));
 }
@@ -99,8 +91,7 @@ async fn a_lease_transitions_grant_after_a_resource_version_holder_has_a_higher_
     );
     // Move the cluster's resourceVersion well past any leaseTransitions.
     for _ in 0..3 {
-        let other = hold(&a, "elsewhere", "a").await;
-        a.release(&other).await.unwrap();
+        leave_free(&a, "elsewhere", "a").await;
     }
     let old = hold(&a, "schemes", "a").await;
     let old_token = old.token().expect("a token");

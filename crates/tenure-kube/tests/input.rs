@@ -58,12 +58,11 @@ async fn key_not_a_dns1123_subdomain_is_invalid_argument_before_any_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn connect_url_with_a_kubeconfig_file_and_namespace_reaches_the_server() {
     let env = env().await;
-    let raw = env.raw().await;
     let file = env.server.kubeconfig_file().unwrap();
     let backend = KubeBackend::connect_url(&file.url()).await.unwrap();
     assert_eq!(backend.namespace(), "default");
     let lease = hold(&backend, "via-url", "a").await;
-    let written = raw.get("via-url").await.unwrap();
+    let written = env.raw.get("via-url").await.unwrap();
     assert_eq!(
         written.spec.unwrap().holder_identity.as_deref(),
         Some(lease.holder().as_str())
@@ -78,7 +77,7 @@ async fn connect_url_with_a_kubeconfig_file_and_namespace_reaches_the_server() {
     let in_team_a = elsewhere.api().get("via-url").await.unwrap();
     assert_eq!(in_team_a.metadata.namespace.as_deref(), Some("team-a"));
     assert_eq!(other.holder().as_str(), "b");
-    let in_default = raw.get("via-url").await.unwrap().spec.unwrap();
+    let in_default = env.raw.get("via-url").await.unwrap().spec.unwrap();
     assert_eq!(in_default.holder_identity.as_deref(), Some("a"));
 }
 

@@ -3,10 +3,15 @@
 
 mod common;
 
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{candidacy, env, go_lease, hold, spec, Env, TTL};
+use common::{
+    candidacy, env, env_with, go_lease, granted_within, held_by, hold, leave_free, spec,
+    wait_for_grant, wait_with, Env, Waiting, TTL,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::chrono::{TimeDelta, Utc};
@@ -18,7 +23,30 @@ use tenure_kube::KubeBackend;
 use tenure_lease_server::Requests;
 use tenure_testkit::harness::wait_for;
 use tenure_testkit::measure::{p99, until_told_lost};
+use tenure_testkit::ProxyLink;
+use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
+
+/// Waits (up to 10 s) until `landed` says that `task`'s write reached the
+/// server, drops `task` while `link` still holds its answer back (the check
+/// says it did), then lets `link` pass again.
+async fn drop_once_landed<T, F, Fut>(link: &ProxyLink, task: JoinHandle<T>, landed: F, what: &str)
+where
+    T: Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<()>>,
+{
+    wait_for(format!("{what} to land"), Duration::from_secs(10), landed)
+        .await
+        .unwrap();
+    task.abort();
+    let cancelled = task.await;
+    assert!(
+        cancelled.as_ref().is_err_and(|e| e.is_cancelled()),
+        "{what}'s answer arrived before it was dropped: {cancelled:?}"
+    );
+    link.set(LinkFault::Pass).await.unwrap();
+}
 
 /// kubernetes#131867: a renewal whose request reached the server but whose
 /// answer never came back leaves our resourceVersion stale; the release
@@ -27,11 +55,10 @@ use tokio::time::{timeout, Instant};
 #[tokio::test(flavor = "multi_thread")]
 async fn release_after_a_renewal_whose_answer_was_lost_frees_the_lease_at_once() {
     let env = env().await;
-    let raw = env.raw().await;
     let (a, link) = env.proxied_backend().await;
     let b = env.backend().await;
     let lease = hold(&a, "race", "a").await;
-    let before = raw.get("race").await.unwrap().metadata.resource_version;
+    let before = env.raw.get("race").await.unwrap().metadata.resource_version;
 
     // 1 s each way: the renewal lands after 1 s, its answer would arrive after 2 s.
     link.set(LinkFault::Delay(Duration::from_secs(2)))
@@ -41,27 +68,19 @@ async fn release_after_a_renewal_whose_answer_was_lost_frees_the_lease_at_once()
         let (a, lease) = (a.clone(), lease.clone());
         async move { a.renew(&lease).await }
     });
-    wait_for("the renewal to land", Duration::from_secs(5), || {
-        let (raw, before) = (raw.clone(), before.clone());
+    let landed = || {
+        let (raw, before) = (env.raw.clone(), before.clone());
         async move {
             let now = raw.get("race").await.ok()?.metadata.resource_version;
             (now != before).then_some(())
         }
-    })
-    .await
-    .unwrap();
-    renewal.abort();
-    let cancelled = renewal.await;
-    assert!(
-        cancelled.as_ref().is_err_and(|e| e.is_cancelled()),
-        "the renewal's answer arrived before it was cancelled: {cancelled:?}"
-    );
-    link.set(LinkFault::Pass).await.unwrap();
+    };
+    drop_once_landed(&link, renewal, landed, "the renewal").await;
 
     let released = Instant::now();
     a.release(&lease).await.expect("release");
     let took = released.elapsed();
-    let after = spec(&raw, "race").await;
+    let after = spec(&env.raw, "race").await;
     assert_eq!(
         after.holder_identity.as_deref(),
         Some(""),
@@ -69,14 +88,8 @@ async fn release_after_a_renewal_whose_answer_was_lost_frees_the_lease_at_once()
     );
     assert_eq!(after.lease_duration_seconds, Some(1));
     assert!(took < TTL, "the release took {took:?}");
-    let taken = b
-        .acquire(&candidacy("race", "b"), AcquireMode::Once)
-        .await
-        .unwrap();
-    assert!(
-        taken.granted().is_some(),
-        "another candidate could not take the released Lease at once"
-    );
+    // Another candidate takes the released Lease at once.
+    hold(&b, "race", "b").await;
 }
 
 /// kubernetes#131867 again, in process: renewals and releases of one lease
@@ -84,9 +97,7 @@ async fn release_after_a_renewal_whose_answer_was_lost_frees_the_lease_at_once()
 /// next candidate at once; a renewal that ran after the release says so.
 #[tokio::test(flavor = "multi_thread")]
 async fn release_racing_a_renewal_always_leaves_the_lease_free() {
-    let env = env().await;
-    let raw = env.raw().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (env, [a, b]) = env_with().await;
     for round in 0..12u64 {
         let lease = hold(&a, "race", "a").await;
         let renewal = tokio::spawn({
@@ -108,7 +119,7 @@ async fn release_racing_a_renewal_always_leaves_the_lease_free() {
         if let Err(e) = renewed {
             assert!(e.is_lease_lost(), "round {round}: renewal failed: {e}");
         }
-        let after = spec(&raw, "race").await;
+        let after = spec(&env.raw, "race").await;
         assert_eq!(
             after.holder_identity.as_deref(),
             Some(""),
@@ -129,18 +140,16 @@ async fn release_racing_a_renewal_always_leaves_the_lease_free() {
 /// release is a no-op.
 #[tokio::test(flavor = "multi_thread")]
 async fn renew_after_release_is_lease_lost_and_writes_nothing() {
-    let env = env().await;
-    let raw = env.raw().await;
-    let a = env.backend().await;
+    let (env, [a]) = env_with().await;
     let lease = hold(&a, "done", "a").await;
     a.release(&lease).await.unwrap();
-    let released = raw.get("done").await.unwrap();
+    let released = env.raw.get("done").await.unwrap();
     let writes = env.server.writes();
     let err = a.renew(&lease).await.expect_err("renewed a released lease");
     assert!(err.is_lease_lost(), "{err}");
     a.release(&lease).await.expect("a second release");
     assert_eq!(env.server.writes(), writes, "wrote after the release");
-    assert_eq!(raw.get("done").await.unwrap(), released);
+    assert_eq!(env.raw.get("done").await.unwrap(), released);
 }
 
 /// kube-leader-election: taking a free Lease without resourceVersion lets two
@@ -149,8 +158,7 @@ async fn renew_after_release_is_lease_lost_and_writes_nothing() {
 /// the other is told who holds it.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_candidates_racing_for_a_free_lease_never_both_win() {
-    let env = env().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (_env, [a, b]) = env_with().await;
     let mut tokens = Vec::new();
     for round in 0..10 {
         let (wants_a, wants_b) = (candidacy("contested", "a"), candidacy("contested", "b"));
@@ -180,15 +188,8 @@ async fn two_candidates_racing_for_a_free_lease_never_both_win() {
 
 /// `b` waiting for `key` in the background, once it has read the Lease and
 /// watches it; the task ends with b's answer and when it came.
-async fn waits(
-    b: &std::sync::Arc<tenure_kube::KubeBackend>,
-    key: &str,
-) -> tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)> {
-    let (b, wants) = (b.clone(), candidacy(key, "b"));
-    let waiting = tokio::spawn(async move {
-        let granted = b.acquire(&wants, AcquireMode::Wait).await;
-        (granted, Instant::now())
-    });
+async fn waits(b: &Arc<KubeBackend>, key: &str) -> Waiting {
+    let waiting = wait_for_grant(b, key, "b");
     tokio::time::sleep(Duration::from_millis(300)).await;
     waiting
 }
@@ -199,8 +200,7 @@ async fn waits(
 /// existed, and reach it only through etcd's catch-up loop (every 100 ms).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_right_after_a_renewal_reaches_a_waiting_candidate_at_once() {
-    let env = env().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (_env, [a, b]) = env_with().await;
     let mut took = Vec::new();
     for round in 0..8 {
         let key = format!("renew-then-release-{round}");
@@ -209,14 +209,8 @@ async fn a_release_right_after_a_renewal_reaches_a_waiting_candidate_at_once() {
         let lease = a.renew(&lease).await.expect("renew");
         let released = Instant::now();
         a.release(&lease).await.expect("release");
-        let (granted, at) = timeout(TTL, waiting)
-            .await
-            .expect("b was granted within the TTL")
-            .unwrap();
-        let granted = granted.expect("b's acquire");
-        b.release(&granted.granted().expect("b was granted"))
-            .await
-            .unwrap();
+        let (granted, at) = granted_within(TTL, waiting, "b was granted within the TTL").await;
+        b.release(&granted).await.unwrap();
         took.push(at - released);
     }
     took.sort();
@@ -241,8 +235,7 @@ async fn a_release_right_after_a_renewal_reaches_a_waiting_candidate_at_once() {
 /// refused again and again, a request loop until the holder next writes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_candidate_answered_410_gone_waits_quietly_and_leads_at_once() {
-    let env = env().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (env, [a, b]) = env_with().await;
     let lease = hold(&a, "compacted", "a").await;
     let waiting = waits(&b, "compacted").await;
     env.server.expire_watches().await.expect("compaction");
@@ -253,12 +246,8 @@ async fn a_waiting_candidate_answered_410_gone_waits_quietly_and_leads_at_once()
     let served = env.server.served() - before;
     let released = Instant::now();
     a.release(&lease).await.expect("release");
-    let (granted, at) = timeout(TTL, waiting)
-        .await
-        .expect("b was granted within the TTL")
-        .unwrap();
+    let (_, at) = granted_within(TTL, waiting, "b was granted within the TTL").await;
     let took = at - released;
-    granted.expect("b's acquire");
     eprintln!("after 410 Gone: {served} served in 600 ms; release to grant {took:?}");
     assert!(
         served <= 2,
@@ -282,7 +271,6 @@ async fn a_waiting_candidate_answered_410_gone_waits_quietly_and_leads_at_once()
 #[tokio::test(flavor = "multi_thread")]
 async fn renew_time_from_a_skewed_clock_neither_frees_nor_pins_a_lease() {
     let env = env().await;
-    let raw = env.raw().await;
     let duration_secs = TTL.as_secs() as i32;
     let mut written = std::collections::HashMap::new();
     for (name, skew) in [("behind", -3600), ("ahead", 3600)] {
@@ -291,37 +279,26 @@ async fn renew_time_from_a_skewed_clock_neither_frees_nor_pins_a_lease() {
         let skewed = MicroTime(Utc::now() + TimeDelta::seconds(skew));
         spec.renew_time = Some(skewed.clone());
         spec.acquire_time = Some(skewed);
-        let created = raw.create(&PostParams::default(), &lease).await.unwrap();
+        let created = env
+            .raw
+            .create(&PostParams::default(), &lease)
+            .await
+            .unwrap();
         written.insert(name, common::rv(&created));
     }
     let tenure = env.backend().await;
     let first_look = Instant::now();
     for name in ["behind", "ahead"] {
-        match tenure
-            .acquire(&candidacy(name, "rust"), AcquireMode::Once)
-            .await
-            .unwrap()
-        {
-            Acquisition::Held(info) => assert_eq!(info.identity.as_str(), format!("clock-{name}")),
-            Acquisition::Granted(_) => panic!("{name}: took a Lease it had never seen unchanged"),
-        }
+        // Not taken: it has never seen the Lease unchanged.
+        let holder = held_by(&tenure, name, "rust").await;
+        assert_eq!(holder.identity.as_str(), format!("clock-{name}"));
     }
     let waits: Vec<_> = ["behind", "ahead"]
         .into_iter()
-        .map(|name| {
-            let (tenure, wants) = (tenure.clone(), candidacy(name, "rust"));
-            tokio::spawn(async move {
-                let outcome = tenure.acquire(&wants, AcquireMode::Wait).await;
-                (name, outcome, Instant::now())
-            })
-        })
+        .map(|name| (name, wait_for_grant(&tenure, name, "rust")))
         .collect();
-    for wait in waits {
-        let (name, outcome, at) = timeout(TTL + Duration::from_secs(3), wait)
-            .await
-            .expect("never taken")
-            .unwrap();
-        let lease = outcome.unwrap().granted().expect("granted");
+    for (name, wait) in waits {
+        let (lease, at) = granted_within(TTL + Duration::from_secs(3), wait, "never taken").await;
         let after = at - first_look;
         println!("{name}: taken {after:?} after the first look");
         assert!(
@@ -346,17 +323,17 @@ async fn renew_time_from_a_skewed_clock_neither_frees_nor_pins_a_lease() {
 /// the new leader's writes.
 #[tokio::test(flavor = "multi_thread")]
 async fn token_after_the_lease_is_deleted_out_of_band_is_above_every_earlier_one() {
-    let env = env().await;
-    let raw = env.raw().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (env, [a, b]) = env_with().await;
     for _ in 0..3 {
-        let lease = hold(&b, "deleted", "b").await;
-        b.release(&lease).await.unwrap();
+        leave_free(&b, "deleted", "b").await;
     }
     let old = hold(&a, "deleted", "a").await;
     let old_token = old.token().expect("a token");
 
-    raw.delete("deleted", &Default::default()).await.unwrap();
+    env.raw
+        .delete("deleted", &Default::default())
+        .await
+        .unwrap();
     let new = hold(&b, "deleted", "b").await;
     let new_token = new.token().expect("a token");
     assert!(
@@ -392,10 +369,8 @@ async fn acquire_dropped_while_its_write_is_in_flight_leaves_the_lease_free() {
 /// The same with a Lease that exists and is free: the grant is a take-over.
 #[tokio::test(flavor = "multi_thread")]
 async fn acquire_dropped_while_its_take_over_is_in_flight_leaves_the_lease_free() {
-    let env = env().await;
-    let b = env.backend().await;
-    let lease = hold(&b, "in-flight", "b").await;
-    b.release(&lease).await.unwrap();
+    let (env, [b]) = env_with().await;
+    leave_free(&b, "in-flight", "b").await;
     let (a, link) = env.proxied_backend().await;
     dropped_grant_is_released(&env, a, link, "in-flight").await;
 }
@@ -413,67 +388,50 @@ async fn acquire_dropped_while_its_create_is_in_flight_leaves_the_lease_free_wit
 /// Drops `a`'s campaign for `key` once its granting write has landed but
 /// before its answer is read, and checks that a standby leads at once.
 async fn dropped_grant_is_released(
-    env: &common::Env,
-    a: std::sync::Arc<tenure_kube::KubeBackend>,
-    link: std::sync::Arc<tenure_testkit::ProxyLink>,
+    env: &Env,
+    a: Arc<KubeBackend>,
+    link: Arc<ProxyLink>,
     key: &str,
 ) {
-    let raw = env.raw().await;
     let b = env.backend().await;
     // A long TTL, so that requests slowed to 2 s stay within their deadline
     // (the TTL caps it) and a Lease left held would be held for long.
     const LONG: Duration = Duration::from_secs(10);
-    let wants = |who: &str| {
-        tenure_core::Candidacy::new(
-            tenure_core::ElectionKey::new(key).unwrap(),
-            tenure_core::CandidateId::new(who).unwrap(),
-            LONG,
-        )
-        .unwrap()
-    };
+    let wants = |who: &str| Candidacy::parse(key, who, LONG).unwrap();
 
     // 1 s each way: a's write lands 1 s after it was sent, its answer would
     // come 1 s later.
     link.set(LinkFault::Delay(Duration::from_secs(2)))
         .await
         .unwrap();
-    let campaign = tokio::spawn({
-        let (a, wants) = (a.clone(), wants("a"));
-        async move { a.acquire(&wants, AcquireMode::Wait).await }
-    });
-    wait_for("a's write to land", Duration::from_secs(10), || {
-        let raw = raw.clone();
+    let campaign = wait_with(&a, wants("a"));
+    let landed = || {
+        let raw = env.raw.clone();
         async move {
             let spec = raw.get_opt(key).await.ok()??.spec?;
             (spec.holder_identity.as_deref() == Some("a")).then_some(())
         }
-    })
-    .await
-    .unwrap();
-    campaign.abort();
-    let cancelled = campaign.await;
-    assert!(
-        cancelled.as_ref().is_err_and(|e| e.is_cancelled()),
-        "the write's answer arrived before the campaign was dropped: {cancelled:?}"
-    );
-    link.set(LinkFault::Pass).await.unwrap();
+    };
+    drop_once_landed(&link, campaign, landed, "a's write").await;
 
     let dropped = Instant::now();
-    let standby = timeout(
+    let standby = wait_with(&b, wants("b"));
+    granted_within(
         LONG + Duration::from_secs(3),
-        b.acquire(&wants("b"), AcquireMode::Wait),
+        standby,
+        "the standby never led",
     )
-    .await
-    .expect("the standby never led")
-    .unwrap();
+    .await;
     let took = dropped.elapsed();
     println!("the standby led {took:?} after the campaign was dropped");
-    assert!(standby.granted().is_some());
     assert!(
         took < Duration::from_millis(500),
         "the standby led only {took:?} after the campaign was dropped: the dropped campaign's grant was left held"
     );
-    assert_eq!(spec(&raw, key).await.holder_identity.as_deref(), Some("b"));
+    assert_eq!(
+        spec(&env.raw, key).await.holder_identity.as_deref(),
+        Some("b")
+    );
 }
 
 /// A holder whose Lease is deleted out of band (`kubectl delete lease`, a
@@ -483,13 +441,12 @@ async fn dropped_grant_is_released(
 /// deletes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_holder_whose_lease_is_deleted_stops_being_valid_within_50ms() {
-    let env = env().await;
-    let (a, raw) = (env.backend().await, env.raw().await);
+    let (env, [a]) = env_with().await;
     let mut took = Vec::new();
     for trial in 0..100 {
         let name = format!("deleted-{trial}");
         let lease = hold(&a, &name, "a").await;
-        raw.delete(&name, &Default::default()).await.unwrap();
+        env.raw.delete(&name, &Default::default()).await.unwrap();
         let deleted = Instant::now();
         took.push(until_told_lost(&lease, deleted, TTL, trial).await);
     }
@@ -503,8 +460,7 @@ async fn a_holder_whose_lease_is_deleted_stops_being_valid_within_50ms() {
 /// the same watch sees, never end its lease.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_holder_is_told_of_a_take_over_but_not_of_its_own_renewals() {
-    let env = env().await;
-    let (a, raw) = (env.backend().await, env.raw().await);
+    let (env, [a]) = env_with().await;
     let mut lease = hold(&a, "overtaken", "a").await;
     for _ in 0..3 {
         lease = a.renew(&lease).await.expect("a renewal");
@@ -515,10 +471,11 @@ async fn a_holder_is_told_of_a_take_over_but_not_of_its_own_renewals() {
         "the holder's own renewals ended its lease: {quiet:?}"
     );
     assert!(lease.is_valid());
-    let mut current = raw.get("overtaken").await.unwrap();
+    let mut current = env.raw.get("overtaken").await.unwrap();
     let theirs = go_lease("overtaken", "b", 2, 99);
     current.spec = theirs.spec;
-    raw.replace("overtaken", &PostParams::default(), &current)
+    env.raw
+        .replace("overtaken", &PostParams::default(), &current)
         .await
         .unwrap();
     let reason = timeout(TTL, lease.loss_signalled())
@@ -535,8 +492,7 @@ async fn a_holder_is_told_of_a_take_over_but_not_of_its_own_renewals() {
 /// restart case fail ("b waits: ... 500 etcd grpc request cancelled").
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_candidate_waits_through_a_broken_connection() {
-    let env = env().await;
-    let a = env.backend().await;
+    let (env, [a]) = env_with().await;
     let (b, link) = env.proxied_backend().await;
     let lease = hold(&a, "broken-wait", "a").await;
     let waiting = waits(&b, "broken-wait").await;
@@ -553,18 +509,12 @@ async fn a_waiting_candidate_waits_through_a_broken_connection() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     a.release(&lease).await.expect("release");
-    let (granted, at) = timeout(TTL, waiting)
-        .await
-        .expect("b was granted within the TTL")
-        .unwrap();
-    let granted = granted.expect("b's acquire");
+    let (granted, at) = granted_within(TTL, waiting, "b was granted within the TTL").await;
     eprintln!(
         "release to grant after the broken connection: {:?}",
         at - released
     );
-    b.release(&granted.granted().expect("b was granted"))
-        .await
-        .unwrap();
+    b.release(&granted).await.unwrap();
 }
 
 /// A take-over committed in etcd but answered with an error (kube-apiserver's
@@ -576,12 +526,9 @@ async fn a_waiting_candidate_waits_through_a_broken_connection() {
 /// leads at once instead of waiting out a TTL nobody renews.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_standby_at_once() {
-    let env = env().await;
-    let raw = env.raw().await;
-    let (a, b) = (env.backend().await, env.backend().await);
+    let (env, [a, b]) = env_with().await;
     // The Lease exists and is free: a's grant is one take-over.
-    let first = hold(&a, "maybe-applied", "a").await;
-    a.release(&first).await.unwrap();
+    leave_free(&a, "maybe-applied", "a").await;
 
     env.server.answer_next_write_after_commit(
         504,
@@ -598,7 +545,7 @@ async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_stand
     assert!(error.is_retryable(), "a 504 is not retryable: {error}");
     // The take-over committed: the Lease names a, or (the guard was quick)
     // a's release of it followed, a second write.
-    let written = spec(&raw, "maybe-applied").await;
+    let written = spec(&env.raw, "maybe-applied").await;
     let writes = env.server.writes() - writes_before;
     assert!(
         written.holder_identity.as_deref() == Some("a")
@@ -606,18 +553,8 @@ async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_stand
         "the take-over answered 504 did not commit ({writes} writes since): {written:?}"
     );
 
-    let waiting = tokio::spawn({
-        let (b, wants) = (b.clone(), candidacy("maybe-applied", "b"));
-        async move {
-            let granted = b.acquire(&wants, AcquireMode::Wait).await;
-            (granted, Instant::now())
-        }
-    });
-    let (granted, at) = timeout(TTL * 2, waiting)
-        .await
-        .expect("b was not granted within two TTLs")
-        .unwrap();
-    let lease = granted.expect("b's acquire").granted().expect("b granted");
+    let waiting = wait_for_grant(&b, "maybe-applied", "b");
+    let (lease, at) = granted_within(TTL * 2, waiting, "b was not granted within two TTLs").await;
     let took = at - answered;
     eprintln!("from a's 504 to b's grant: {took:?}");
     assert!(
@@ -636,9 +573,7 @@ async fn a_take_over_answered_504_after_it_committed_leaves_the_lease_to_a_stand
 /// it never counts a deadline past what the stored record grants.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_writes_its_ttl_over_a_shortened_lease_duration_and_counts_no_further() {
-    let env = env().await;
-    let raw = env.raw().await;
-    let a = env.backend().await;
+    let (env, [a]) = env_with().await;
     let lease = hold(&a, "shortened", "a").await;
     // Into the next wall-clock second, so that the renewal is sent at once.
     common::wall_clock_at(
@@ -646,15 +581,16 @@ async fn a_renewal_writes_its_ttl_over_a_shortened_lease_duration_and_counts_no_
         Duration::from_millis(50),
     )
     .await;
-    let mut current = raw.get("shortened").await.unwrap();
+    let mut current = env.raw.get("shortened").await.unwrap();
     current.spec.as_mut().unwrap().lease_duration_seconds = Some(1);
-    raw.replace("shortened", &PostParams::default(), &current)
+    env.raw
+        .replace("shortened", &PostParams::default(), &current)
         .await
         .unwrap();
 
     let sent = Instant::now();
     let renewed = a.renew(&lease).await.expect("renew");
-    let stored = spec(&raw, "shortened").await.lease_duration_seconds;
+    let stored = spec(&env.raw, "shortened").await.lease_duration_seconds;
     let allowed = sent + Duration::from_secs(stored.unwrap_or(0).max(0) as u64);
     eprintln!(
         "renewed over leaseDurationSeconds 1: stored {stored:?}, valid {:?} after the send",
@@ -674,19 +610,27 @@ async fn a_renewal_writes_its_ttl_over_a_shortened_lease_duration_and_counts_no_
     );
 }
 
+/// A Lease API whose Lease `name` is held by a peer that writes nothing
+/// for a while.
+async fn env_with_idle_lease(name: &str) -> Env {
+    let env = env().await;
+    env.raw
+        .create(&PostParams::default(), &go_lease(name, "go", 30, 0))
+        .await
+        .unwrap();
+    env
+}
+
 /// A Lease held by a peer that writes nothing for a while, whose etcd
 /// history was compacted past its resourceVersion, and a waiting candidate.
 /// Its first watch, from the Lease's own resourceVersion, is refused 410
 /// Gone; the candidate lists the Lease once and watches on from the list's
 /// resourceVersion, which the server still has: then it is quiet until the
 /// Lease changes, and sees the change at once.
-async fn held_by_an_idle_peer_and_compacted(env: &Env, name: &str) -> Api<Lease> {
-    let raw = env.raw().await;
-    raw.create(&PostParams::default(), &go_lease(name, "go", 30, 0))
-        .await
-        .unwrap();
+async fn env_with_compacted_idle_lease(name: &str) -> Env {
+    let env = env_with_idle_lease(name).await;
     env.server.expire_watches().await.expect("compaction");
-    raw
+    env
 }
 
 /// Frees the Lease as a peer's release does.
@@ -701,27 +645,23 @@ async fn free(raw: &Api<Lease>, name: &str) {
 }
 
 /// The requests the server answers (and watch events it sends) while a
-/// candidate waits on `name` for `window`, from its first look on; the
-/// waiting task goes on.
-async fn served_while_waiting(
-    env: &Env,
-    b: &Arc<KubeBackend>,
-    wants: Candidacy,
-    window: Duration,
-) -> (
-    u64,
-    tokio::task::JoinHandle<(tenure_core::Result<Acquisition>, Instant)>,
-) {
+/// candidate, a backend of its own, waits on `wants` for `window`, from its
+/// first look on; the waiting task goes on.
+async fn served_while_waiting(env: &Env, wants: Candidacy, window: Duration) -> (u64, Waiting) {
+    let b = env.backend().await;
     let before = env.server.served();
-    let waiting = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let granted = b.acquire(&wants, AcquireMode::Wait).await;
-            (granted, Instant::now())
-        }
-    });
+    let waiting = wait_with(&b, wants);
     tokio::time::sleep(window).await;
     (env.server.served() - before, waiting)
+}
+
+/// The requests served to a candidate (`who`) that waits on `wants` for
+/// `window`, which must be `most` at the most; its wait is then dropped.
+async fn served_at_most(env: &Env, wants: Candidacy, window: Duration, most: u64, who: &str) {
+    let (served, waiting) = served_while_waiting(env, wants, window).await;
+    waiting.abort();
+    eprintln!("{who}: {served} requests in {window:?}");
+    assert!(served <= most, "{who} made {served} requests in {window:?}");
 }
 
 /// Watch failures (issue 23): a waiter whose watch starts from a compacted
@@ -733,16 +673,9 @@ async fn served_while_waiting(
 /// again every 100 ms for as long as the Lease was not written.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_on_a_compacted_idle_lease_lists_once_and_waits_quietly() {
-    let env = env().await;
-    let raw = held_by_an_idle_peer_and_compacted(&env, "compacted-idle").await;
-    let b = env.backend().await;
-    let (served, waiting) = served_while_waiting(
-        &env,
-        &b,
-        candidacy("compacted-idle", "b"),
-        Duration::from_millis(600),
-    )
-    .await;
+    let env = env_with_compacted_idle_lease("compacted-idle").await;
+    let wants = candidacy("compacted-idle", "b");
+    let (served, waiting) = served_while_waiting(&env, wants, Duration::from_millis(600)).await;
     eprintln!("a waiter on a compacted idle Lease: {served} requests in 600 ms");
     assert!(
         served <= 4,
@@ -750,12 +683,8 @@ async fn a_waiter_on_a_compacted_idle_lease_lists_once_and_waits_quietly() {
          (its look, the watch answered 410, one list and one watch from it are 4)"
     );
     let freed = Instant::now();
-    free(&raw, "compacted-idle").await;
-    let (granted, at) = timeout(TTL, waiting)
-        .await
-        .expect("b was granted within the TTL")
-        .unwrap();
-    granted.expect("b's acquire").granted().expect("b granted");
+    free(&env.raw, "compacted-idle").await;
+    let (_, at) = granted_within(TTL, waiting, "b was granted within the TTL").await;
     let took = at - freed;
     assert!(
         took <= Duration::from_millis(500),
@@ -771,13 +700,8 @@ async fn a_waiter_on_a_compacted_idle_lease_lists_once_and_waits_quietly() {
 /// (a simulation of the draws: median 10).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_whose_watch_is_forbidden_backs_off() {
-    let env = env().await;
-    let raw = env.raw().await;
-    raw.create(&PostParams::default(), &go_lease("no-watch", "go", 30, 0))
-        .await
-        .unwrap();
+    let env = env_with_idle_lease("no-watch").await;
     env.server.refuse(Requests::Watch, 403, None);
-    let b = env.backend().await;
     // Failures that persist are told to the candidacy's owner (an Elector
     // counts them in its health).
     let told = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -785,14 +709,8 @@ async fn a_waiter_whose_watch_is_forbidden_backs_off() {
         let told = told.clone();
         candidacy("no-watch", "b").with_warnings(move |w| told.lock().unwrap().push(w))
     };
-    let (served, waiting) =
-        served_while_waiting(&env, &b, wants, Duration::from_millis(1500)).await;
-    waiting.abort();
-    eprintln!("a waiter whose watch is forbidden: {served} requests in 1.5 s");
-    assert!(
-        served <= 18,
-        "a waiter whose watch is forbidden made {served} requests in 1.5 s"
-    );
+    let who = "a waiter whose watch is forbidden";
+    served_at_most(&env, wants, Duration::from_millis(1500), 18, who).await;
     let told = told.lock().unwrap();
     assert!(
         told.len() == 1 && told[0].operation == "watch" && told[0].message.contains("list, watch"),
@@ -806,22 +724,12 @@ async fn a_waiter_whose_watch_is_forbidden_backs_off() {
 /// its look and the refused watch, then nothing for 900 ms.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_answered_429_stays_away_for_its_retry_after() {
-    let env = env().await;
-    let raw = env.raw().await;
-    raw.create(&PostParams::default(), &go_lease("shed", "go", 30, 0))
-        .await
-        .unwrap();
+    let env = env_with_idle_lease("shed").await;
     env.server
         .refuse(Requests::Watch, 429, Some(Duration::from_secs(1)));
-    let b = env.backend().await;
-    let (served, waiting) =
-        served_while_waiting(&env, &b, candidacy("shed", "b"), Duration::from_millis(900)).await;
-    waiting.abort();
-    eprintln!("a waiter answered 429 with Retry-After 1: {served} requests in 900 ms");
-    assert!(
-        served <= 2,
-        "a waiter answered 429 with Retry-After: 1 made {served} requests in 900 ms"
-    );
+    let wants = candidacy("shed", "b");
+    let who = "a waiter answered 429 with Retry-After: 1";
+    served_at_most(&env, wants, Duration::from_millis(900), 2, who).await;
 }
 
 /// Watch failures (issue 23): a waiter whose list is refused (403: RBAC
@@ -833,21 +741,9 @@ async fn a_waiter_answered_429_stays_away_for_its_retry_after() {
 /// below 1 in 100,000 (a simulation of the draws: median 15).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_whose_list_is_forbidden_backs_off() {
-    let env = env().await;
-    held_by_an_idle_peer_and_compacted(&env, "no-list").await;
+    let env = env_with_compacted_idle_lease("no-list").await;
     env.server.refuse(Requests::List, 403, None);
-    let b = env.backend().await;
-    let (served, waiting) = served_while_waiting(
-        &env,
-        &b,
-        candidacy("no-list", "b"),
-        Duration::from_millis(1500),
-    )
-    .await;
-    waiting.abort();
-    eprintln!("a waiter whose list is forbidden: {served} requests in 1.5 s");
-    assert!(
-        served <= 27,
-        "a waiter whose list is forbidden made {served} requests in 1.5 s"
-    );
+    let wants = candidacy("no-list", "b");
+    let who = "a waiter whose list is forbidden";
+    served_at_most(&env, wants, Duration::from_millis(1500), 27, who).await;
 }

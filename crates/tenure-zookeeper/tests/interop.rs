@@ -87,6 +87,12 @@ impl Curator {
     }
 }
 
+/// Prints how long a hand-over (`what`) took, which must be under a second.
+fn handover_under_a_second(what: &str, handover: Duration) {
+    println!("{what}: {:.1} ms", handover.as_secs_f64() * 1e3);
+    assert!(handover < Duration::from_secs(1), "took {handover:?}");
+}
+
 async fn elector(cluster: &Cluster, key: &str, identity: &str) -> Elector {
     Elector::builder(connect(cluster).await)
         .key(key)
@@ -126,12 +132,10 @@ async fn tenure_waits_behind_curator_and_leads_when_it_closes() {
     let closed = Instant::now();
     java.close().await;
     let (led_at, leadership) = campaign.await.unwrap().unwrap();
-    let handover = led_at - closed;
-    println!(
-        "Curator closed -> tenure leads: {:.1} ms (includes the docker exec pipe)",
-        handover.as_secs_f64() * 1e3
+    handover_under_a_second(
+        "Curator closed -> tenure leads (includes the docker exec pipe)",
+        led_at - closed,
     );
-    assert!(handover < Duration::from_secs(1), "took {handover:?}");
     assert!(leadership.is_valid());
     assert!(java.until("CLOSED", Duration::from_secs(10)).await);
     let _ = java.child.wait().await;
@@ -164,12 +168,10 @@ async fn curator_waits_behind_tenure_and_leads_when_tenure_resigns() {
         java.until("LEADER", Duration::from_secs(5)).await,
         "Curator leads after tenure resigns"
     );
-    let handover = resigned.elapsed();
-    println!(
-        "tenure resigned -> Curator leads: {:.1} ms (includes the docker exec pipe)",
-        handover.as_secs_f64() * 1e3
+    handover_under_a_second(
+        "tenure resigned -> Curator leads (includes the docker exec pipe)",
+        resigned.elapsed(),
     );
-    assert!(handover < Duration::from_secs(1), "took {handover:?}");
     let seen = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             let event = observed.next().await.expect("an observation");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    candidacy, candidacy_with_ttl, children, connect, connect_to, plain, until_children, zookeeper,
-    TTL,
+    candidacy, candidacy_with_ttl, children, connect, connect_to, ends_retryably, ensemble, plain,
+    two_sessions, until_children, until_children_within, wait_for_grant, zookeeper, TTL,
 };
 use futures::StreamExt;
 use tenure_core::{
@@ -52,12 +52,7 @@ async fn node_names_and_token_match_curator_leader_latch() {
 async fn a_ttl_other_than_the_session_timeout_is_refused_naming_it() {
     let cluster = zookeeper().await;
     let a = connect(&cluster).await;
-    let c = tenure_core::Candidacy::new(
-        tenure_core::ElectionKey::new("other-ttl").unwrap(),
-        tenure_core::CandidateId::new("a").unwrap(),
-        TTL * 2,
-    )
-    .unwrap();
+    let c = candidacy_with_ttl("other-ttl", "a", TTL * 2);
     match a.acquire(&c, AcquireMode::Once).await {
         Err(Error::InvalidArgument {
             field: "ttl",
@@ -118,13 +113,7 @@ async fn a_tick_time_above_a_third_of_the_session_timeout_is_refused_naming_it()
 async fn follower_and_leader_clients(
     ttl: Duration,
 ) -> (Cluster, usize, ZooKeeperBackend, ZooKeeperBackend) {
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
-        .await
-        .expect("ZooKeeper ensemble");
-    let leader = cluster
-        .await_leader(Duration::from_secs(30), |_| true)
-        .await
-        .unwrap();
+    let (cluster, leader) = ensemble().await;
     let follower = (leader + 1) % 3;
     let options = common::options().with_session_timeout(ttl);
     let at = |i: usize| cluster.nodes()[i].endpoint();
@@ -152,18 +141,8 @@ async fn follower_and_leader_clients(
 async fn a_follower_cut_off_right_after_a_renewal_never_lets_two_lead() {
     let ttl = Duration::from_secs(4);
     let (cluster, follower, a, b) = follower_and_leader_clients(ttl).await;
-    let candidacy = |who: &str| {
-        Candidacy::new(
-            ElectionKey::new("relay").unwrap(),
-            CandidateId::new(who).unwrap(),
-            ttl,
-        )
-        .unwrap()
-    };
-    let lease = match a.acquire(&candidacy("a"), AcquireMode::Once).await.unwrap() {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("held by {h:?}"),
-    };
+    let candidacy = |who: &str| candidacy_with_ttl("relay", who, ttl);
+    let lease = common::hold(&a, &candidacy("a")).await;
     let lease = a.renew(&lease).await.unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
     let lease = a.renew(&lease).await.unwrap();
@@ -202,10 +181,7 @@ async fn a_watch_through_a_cut_off_follower_never_begins_vacant_while_the_key_is
     let key = ElectionKey::new("stale-look").unwrap();
     let candidacy = Candidacy::new(key.clone(), CandidateId::new("b").unwrap(), ttl).unwrap();
     cluster.partition(follower).await.unwrap();
-    let lease = match b.acquire(&candidacy, AcquireMode::Once).await.unwrap() {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("held by {h:?}"),
-    };
+    let lease = common::hold(&b, &candidacy).await;
     let first = tokio::time::timeout(ttl, async {
         let mut events = watcher.watch(&key).await?;
         events.next().await.expect("a watch's first event")
@@ -314,8 +290,7 @@ async fn a_disconnected_leader_stops_by_valid_until_before_anyone_else_leads() {
 /// does not leave a waiting candidate stuck.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_candidate_whose_path_vanished_re_enters_and_leads() {
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (cluster, a, b) = two_sessions().await;
     let lease = hold(&a, "gone", "a").await;
     let elector = Elector::builder(b.clone())
         .key("gone")
@@ -328,12 +303,7 @@ async fn a_candidate_whose_path_vanished_re_enters_and_leads() {
         async move { elector.campaign().await }
     });
     let zk = plain(&cluster).await;
-    wait_for("b waits", Duration::from_secs(5), || {
-        let zk = zk.clone();
-        async move { (children(&zk, "/gone").await.len() == 2).then_some(()) }
-    })
-    .await
-    .unwrap();
+    until_children_within(&zk, "/gone", 2, Duration::from_secs(5)).await;
     // Every node and the election path itself are deleted by hand, in one
     // transaction: all gone at once, as an outage leaves them. (One by one,
     // the wait could end on the leader's deletion and claim, rightly, before
@@ -357,28 +327,15 @@ async fn a_candidate_whose_path_vanished_re_enters_and_leads() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn release_deletes_only_our_node_and_lets_the_next_lead_at_once() {
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (cluster, a, b) = two_sessions().await;
     let lease = hold(&a, "handover", "a").await;
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.acquire(&candidacy("handover", "b"), AcquireMode::Wait)
-                .await
-                .map(|g| (Instant::now(), g))
-        })
-    };
+    let waiting = wait_for_grant(&b, candidacy("handover", "b"));
     let zk = plain(&cluster).await;
-    wait_for("b waits", Duration::from_secs(5), || {
-        let zk = zk.clone();
-        async move { (children(&zk, "/handover").await.len() == 2).then_some(()) }
-    })
-    .await
-    .unwrap();
+    until_children_within(&zk, "/handover", 2, Duration::from_secs(5)).await;
     let released = Instant::now();
     a.release(&lease).await.unwrap();
-    let (led, granted) = waiting.await.unwrap().unwrap();
-    assert!(granted.granted().is_some());
+    let (granted, led) = waiting.await.unwrap();
+    assert!(granted.unwrap().granted().is_some());
     assert!(
         led - released < Duration::from_millis(200),
         "{:?}",
@@ -396,21 +353,16 @@ async fn release_deletes_only_our_node_and_lets_the_next_lead_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dropped_wait_leaves_no_node_behind() {
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (cluster, a, b) = two_sessions().await;
     let lease = hold(&a, "dropped", "a").await;
     let wants = candidacy("dropped", "b");
     let attempt = b.acquire(&wants, AcquireMode::Wait);
     assert!(tokio::time::timeout(Duration::from_millis(300), attempt)
         .await
         .is_err());
+    // b's node is withdrawn.
     let zk = plain(&cluster).await;
-    wait_for("b's node withdrawn", Duration::from_secs(2), || {
-        let zk = zk.clone();
-        async move { (children(&zk, "/dropped").await.len() == 1).then_some(()) }
-    })
-    .await
-    .unwrap();
+    until_children_within(&zk, "/dropped", 1, Duration::from_secs(2)).await;
     a.release(&lease).await.unwrap();
 }
 
@@ -450,28 +402,15 @@ async fn until_watches(cluster: &Cluster, n: u64) {
 /// waiting on its predecessor for a node that is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_candidate_whose_node_is_deleted_stops_waiting_at_once() {
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (cluster, a, b) = two_sessions().await;
     let lease = hold(&a, "orphaned", "a").await;
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.acquire(&candidacy("orphaned", "b"), AcquireMode::Wait)
-                .await
-        })
-    };
+    let waiting = wait_for_grant(&b, candidacy("orphaned", "b"));
     until_watches(&cluster, 2).await;
     let zk = plain(&cluster).await;
     let ours = node_of(&zk, "/orphaned", "b").await;
     zk.delete(&format!("/orphaned/{ours}"), None).await.unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(2), waiting)
-        .await
-        .expect("b kept waiting after its node was deleted")
-        .unwrap();
-    match outcome {
-        Err(e) => assert!(e.is_retryable(), "{e}"),
-        Ok(acquisition) => panic!("b acquired without its node: {acquisition:?}"),
-    }
+    let whose = "b, whose node was deleted,";
+    ends_retryably(waiting, Duration::from_secs(2), whose).await;
     a.renew(&lease).await.expect("a still leads");
 }
 
@@ -485,17 +424,13 @@ async fn a_waiting_candidate_whose_node_is_deleted_stops_waiting_at_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_of_another_session_under_our_name_never_makes_us_leader() {
     const ELECTIONS: usize = 4;
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (cluster, a, b) = two_sessions().await;
     let mut leases = Vec::new();
     let mut waiting = Vec::new();
     for i in 0..ELECTIONS {
         let key = format!("impostor-{i}");
         leases.push(hold(&a, &key, "a").await);
-        let b = b.clone();
-        waiting.push(tokio::spawn(async move {
-            b.acquire(&candidacy(&key, "b"), AcquireMode::Wait).await
-        }));
+        waiting.push(wait_for_grant(&b, candidacy(&key, "b")));
     }
     until_watches(&cluster, 2 * ELECTIONS as u64).await;
     let zk = plain(&cluster).await;
@@ -517,14 +452,8 @@ async fn a_node_of_another_session_under_our_name_never_makes_us_leader() {
     }
     swap.commit().await.unwrap();
     for wait in waiting {
-        let outcome = tokio::time::timeout(Duration::from_secs(2), wait)
-            .await
-            .expect("b kept waiting after its node was replaced")
-            .unwrap();
-        match outcome {
-            Err(e) => assert!(e.is_retryable(), "{e}"),
-            Ok(acquisition) => panic!("b acquired on another session's node: {acquisition:?}"),
-        }
+        let whose = "b, its node swapped for another session's,";
+        ends_retryably(wait, Duration::from_secs(2), whose).await;
     }
 }
 
@@ -595,23 +524,9 @@ async fn a_withdrawal_lost_with_its_connection_is_retried_until_it_lands() {
     let zk = plain(&cluster).await;
 
     let lease = common::hold(&a, &candidacy_with_ttl("ghost", "a", ttl)).await;
-    let waiting_b = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.acquire(&candidacy_with_ttl("ghost", "b", ttl), AcquireMode::Wait)
-                .await
-        })
-    };
+    let waiting_b = wait_for_grant(&b, candidacy_with_ttl("ghost", "b", ttl));
     until_children(&zk, "/ghost", 2).await;
-    let mut waiting_c = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            let granted = c
-                .acquire(&candidacy_with_ttl("ghost", "c", ttl), AcquireMode::Wait)
-                .await;
-            (Instant::now(), granted)
-        })
-    };
+    let mut waiting_c = wait_for_grant(&c, candidacy_with_ttl("ghost", "c", ttl));
     until_children(&zk, "/ghost", 3).await;
 
     cut(&link, Mode::Blackhole);
@@ -631,7 +546,7 @@ async fn a_withdrawal_lost_with_its_connection_is_retried_until_it_lands() {
     let released = Instant::now();
     a.release(&lease).await.unwrap();
     let bound = Duration::from_millis(300);
-    let (led, granted) = match tokio::time::timeout(bound, &mut waiting_c).await {
+    let (granted, led) = match tokio::time::timeout(bound, &mut waiting_c).await {
         Ok(outcome) => outcome.unwrap(),
         Err(_) => panic!(
             "c still waits {bound:?} after a's release, behind {:?} (b's session {b_session:x} \
@@ -705,8 +620,7 @@ async fn a_node_of_our_session_that_no_candidacy_tracks_is_deleted_at_the_next_l
 /// candidates (in a single attempt, a wait and a watch).
 #[tokio::test(flavor = "multi_thread")]
 async fn nested_elections_are_independent() {
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (_cluster, a, b) = two_sessions().await;
     let inner = hold(&a, "nest/b", "a").await;
     let mut watch = b.watch(&ElectionKey::new("nest").unwrap()).await.unwrap();
     let outer = hold(&b, "nest", "b").await;
@@ -800,13 +714,7 @@ async fn a_holder_whose_node_is_deleted_stops_being_valid_within_50ms() {
 /// before the next renewal; each lasts longer than the TTL.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_leading() {
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
-        .await
-        .expect("ZooKeeper ensemble");
-    let leader = cluster
-        .await_leader(Duration::from_secs(30), |_| true)
-        .await
-        .unwrap();
+    let (cluster, leader) = ensemble().await;
     let followers: Vec<usize> = (0..3).filter(|&n| n != leader).collect();
     let mut proxies = Vec::new();
     for &n in &followers {
@@ -928,8 +836,7 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
 /// free the key.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_whose_data_was_set_by_hand_is_still_deleted_when_its_lease_ends() {
-    let cluster = zookeeper().await;
-    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let (cluster, a, b) = two_sessions().await;
     let zk = plain(&cluster).await;
 
     // Not renewed: the expiry timer must delete the node.

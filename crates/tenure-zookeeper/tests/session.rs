@@ -8,9 +8,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{candidacy_with_ttl, children, connect_to, owned_by, plain, zookeeper, TTL};
-use tenure_core::{AcquireMode, Error, LeaseBackend};
-use tenure_testkit::harness::{wait_for, Cluster, Topology, ZooKeeperNodeSettings};
+use common::{
+    candidacy_with_ttl, children, connect_to, ends_retryably, ensemble, owned_by, plain,
+    wait_for_grant, zookeeper, TTL,
+};
+use tenure_core::{AcquireMode, Error, LeaseBackend, LossReason};
+use tenure_testkit::harness::{wait_for, Cluster, ZooKeeperNodeSettings};
 use tenure_testkit::proxy::Mode;
 use tenure_testkit::ProxyLink;
 use tenure_zookeeper::ZooKeeperBackend;
@@ -162,17 +165,8 @@ async fn close_deletes_every_node_of_the_session_and_a_standby_leads_at_once() {
     let zk = plain(&cluster).await;
     let lease = common::hold(&a, &wants("closing", "a")).await;
     let before = common::hold(&c, &wants("closing-queue", "c")).await;
-    let queued = {
-        let (a, wants) = (a.clone(), wants("closing-queue", "a"));
-        tokio::spawn(async move { a.acquire(&wants, AcquireMode::Wait).await })
-    };
-    let standby = {
-        let (b, wants) = (b.clone(), wants("closing", "b"));
-        tokio::spawn(async move {
-            let granted = b.acquire(&wants, AcquireMode::Wait).await;
-            (Instant::now(), granted)
-        })
-    };
+    let queued = wait_for_grant(&a, wants("closing-queue", "a"));
+    let standby = wait_for_grant(&b, wants("closing", "b"));
     common::until_children(&zk, "/closing", 2).await;
     common::until_children(&zk, "/closing-queue", 2).await;
     let session = a.session_id().await.expect("a's session");
@@ -188,7 +182,7 @@ async fn close_deletes_every_node_of_the_session_and_a_standby_leads_at_once() {
         "nodes of a's session outlived close: {left:?}"
     );
     let bound = Duration::from_millis(300);
-    let (led, granted) = tokio::time::timeout(bound, standby)
+    let (granted, led) = tokio::time::timeout(bound, standby)
         .await
         .unwrap_or_else(|_| panic!("b still waits {bound:?} after a's close"))
         .unwrap();
@@ -198,14 +192,8 @@ async fn close_deletes_every_node_of_the_session_and_a_standby_leads_at_once() {
         "{:?}",
         led - closed
     );
-    match tokio::time::timeout(Duration::from_secs(1), queued)
-        .await
-        .expect("a's queued candidacy still waits after close")
-        .unwrap()
-    {
-        Err(e) => assert!(e.is_retryable(), "{e}"),
-        Ok(acquisition) => panic!("a's queued candidacy got {acquisition:?} after close"),
-    }
+    let whose = "a's queued candidacy, after close,";
+    ends_retryably(queued, Duration::from_secs(1), whose).await;
     assert!(a.renew(&lease).await.is_err_and(|e| e.is_lease_lost()));
     assert_eq!(children(&zk, "/closing-queue").await.len(), 1);
     c.release(&before).await.unwrap();
@@ -328,14 +316,30 @@ fn term_end(lease: &tenure_core::Lease, signalled_at: Option<Instant>) -> Instan
 }
 
 /// The instant `lease`'s loss signal fires, stamped by a task of its own.
-fn loss_stamp(
-    lease: &tenure_core::Lease,
-) -> tokio::task::JoinHandle<(Instant, tenure_core::LossReason)> {
+fn loss_stamp(lease: &tenure_core::Lease) -> tokio::task::JoinHandle<(Instant, LossReason)> {
     let lease = lease.clone();
     tokio::spawn(async move {
         let reason = lease.loss_signalled().await;
         (Instant::now(), reason)
     })
+}
+
+/// When B's campaign was granted (within four TTLs), and A's loss signal
+/// (when and why), had it fired by then.
+async fn b_granted_and_a_told(
+    waiting: tokio::task::JoinHandle<tenure_core::Result<Instant>>,
+    signalled: tokio::task::JoinHandle<(Instant, LossReason)>,
+) -> (Instant, Option<(Instant, LossReason)>) {
+    let granted_at = tokio::time::timeout(SHRINK_TTL * 4, waiting)
+        .await
+        .expect("b waited past four TTLs")
+        .unwrap()
+        .unwrap();
+    let told = match tokio::time::timeout(Duration::ZERO, signalled).await {
+        Ok(stamp) => Some(stamp.unwrap()),
+        Err(_) => None,
+    };
+    (granted_at, told)
 }
 
 /// Issue 23: ZooKeeper renegotiates a session's timeout on every reconnect,
@@ -399,15 +403,8 @@ async fn a_server_that_would_shrink_the_session_is_refused_at_connect_naming_it(
         .expect("a renewal through node 2");
     link.proxies()[LOW].set(Mode::Blackhole);
     let cut_at = Instant::now();
-    let granted_at = tokio::time::timeout(SHRINK_TTL * 4, waiting)
-        .await
-        .expect("b waited past four TTLs")
-        .unwrap()
-        .unwrap();
-    let signalled_at = match tokio::time::timeout(Duration::ZERO, signalled).await {
-        Ok(stamp) => Some(stamp.unwrap().0),
-        Err(_) => None,
-    };
+    let (granted_at, told) = b_granted_and_a_told(waiting, signalled).await;
+    let signalled_at = told.map(|(at, _)| at);
     let ended = term_end(&lease, signalled_at);
     eprintln!(
         "renewal sent {:?} before the cut; b granted {:?} after it; valid_until {:?} after it",
@@ -439,14 +436,8 @@ async fn a_server_that_would_shrink_the_session_is_refused_at_connect_naming_it(
 /// must not be used again: A's next campaign is refused naming node 2.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_shrunk_by_a_rolling_restart_ends_its_terms_before_anyone_else_leads() {
-    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
-        .await
-        .expect("ZooKeeper ensemble");
     // Node 2 is a follower: the servers keep their leader while it restarts.
-    let leader = cluster
-        .await_leader(Duration::from_secs(30), |_| true)
-        .await
-        .unwrap();
+    let (cluster, leader) = ensemble().await;
     let low = (leader + 1) % 3;
     let (link, proxied, b) = shrink_clients(&cluster, low).await;
     let a = Arc::new(
@@ -489,15 +480,7 @@ async fn a_session_shrunk_by_a_rolling_restart_ends_its_terms_before_anyone_else
     let renewed = through_node_2_only(&a, &link, low, &lease).await;
     let lease = renewed.as_ref().map_or(lease, Clone::clone);
     link.proxies()[low].set(Mode::Blackhole);
-    let granted_at = tokio::time::timeout(SHRINK_TTL * 4, waiting)
-        .await
-        .expect("b waited past four TTLs")
-        .unwrap()
-        .unwrap();
-    let signalled_at = match tokio::time::timeout(Duration::ZERO, signalled).await {
-        Ok(stamp) => Some(stamp.unwrap()),
-        Err(_) => None,
-    };
+    let (granted_at, signalled_at) = b_granted_and_a_told(waiting, signalled).await;
     let ended = term_end(&lease, signalled_at.map(|(at, _)| at));
     assert!(
         granted_at >= ended,
@@ -508,7 +491,7 @@ async fn a_session_shrunk_by_a_rolling_restart_ends_its_terms_before_anyone_else
         lease.valid_until() - lease.sent_at(),
     );
     let (at, reason) = signalled_at.expect("a's term ended by its valid_until, not at the shrink");
-    assert_eq!(reason, tenure_core::LossReason::Revoked);
+    assert_eq!(reason, LossReason::Revoked);
     assert!(
         renewed.is_err_and(|e| e.is_lease_lost()),
         "a renewed on its shrunk session"

@@ -4,10 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{AcquireMode, Acquisition, Candidacy, Lease, LeaseBackend};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tenure_core::{AcquireMode, Acquisition, Candidacy, LeaderEvent, Lease, LeaseBackend};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_testkit::ProxyLink;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 pub const TTL: Duration = Duration::from_secs(2);
 
@@ -23,6 +27,11 @@ pub async fn connect(cluster: &Cluster, options: EtcdOptions) -> Arc<EtcdBackend
             .await
             .expect("connect"),
     )
+}
+
+/// A client of `cluster` with the default options.
+pub async fn client(cluster: &Cluster) -> Arc<EtcdBackend> {
+    connect(cluster, EtcdOptions::default()).await
 }
 
 /// A client whose every byte goes through a fault proxy (`link`).
@@ -41,14 +50,44 @@ pub async fn connect_proxied(
 
 /// A one-shot acquire that must be granted.
 pub async fn hold(backend: &EtcdBackend, key: &str, who: &str) -> Lease {
-    match backend
-        .acquire(&candidacy(key, who), AcquireMode::Once)
-        .await
-        .unwrap()
-    {
+    hold_with(backend, &candidacy(key, who)).await
+}
+
+/// A one-shot acquire of `candidacy` (a TTL of its own) that must be granted.
+pub async fn hold_with(backend: &EtcdBackend, candidacy: &Candidacy) -> Lease {
+    match backend.acquire(candidacy, AcquireMode::Once).await.unwrap() {
         Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("{key} is held by {h:?}"),
+        Acquisition::Held(h) => panic!("{} is held by {h:?}", candidacy.key()),
     }
+}
+
+/// A waiting acquire in the background: its outcome, and when it came.
+pub type Waiting = JoinHandle<(tenure_core::Result<Acquisition>, Instant)>;
+
+/// `candidacy`'s waiting acquire, in the background.
+pub fn wait_for_grant(backend: &Arc<EtcdBackend>, candidacy: Candidacy) -> Waiting {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        let outcome = backend.acquire(&candidacy, AcquireMode::Wait).await;
+        (outcome, Instant::now())
+    })
+}
+
+/// `a` holds `key` (as "a"), and `b` waits for it (as "b") in the background.
+pub async fn a_holds_b_waits(a: &EtcdBackend, b: &Arc<EtcdBackend>, key: &str) -> (Lease, Waiting) {
+    let lease = hold(a, key, "a").await;
+    (lease, wait_for_grant(b, candidacy(key, "b")))
+}
+
+/// The next event of a watch, within 5 s.
+pub async fn next_event(
+    watch: &mut BoxStream<'static, tenure_core::Result<LeaderEvent>>,
+) -> LeaderEvent {
+    tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("an open watch")
+        .unwrap()
 }
 
 /// The key of `who`'s candidacy under `prefix`, once it exists.
@@ -69,7 +108,11 @@ pub async fn key_of(backend: &EtcdBackend, prefix: &str, who: &str) -> String {
 }
 
 pub fn candidacy(key: &str, identity: &str) -> Candidacy {
-    Candidacy::parse(key, identity, TTL).unwrap()
+    candidacy_with_ttl(key, identity, TTL)
+}
+
+pub fn candidacy_with_ttl(key: &str, identity: &str, ttl: Duration) -> Candidacy {
+    Candidacy::parse(key, identity, ttl).unwrap()
 }
 
 /// Every key of an election with its value, via a plain client.

@@ -14,19 +14,23 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::chrono::{DateTime, Utc};
 use kube::Api;
-use tenure_core::{AcquireMode, Acquisition, Candidacy, LeaseBackend};
+use tenure_core::{AcquireMode, Acquisition, Candidacy, LeaderInfo, LeaseBackend};
 use tenure_kube::{Fencing, KubeBackend, KubeOptions};
 use tenure_lease_server::{kube_config_for, LeaseServer};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_testkit::ProxyLink;
-use tokio::time::sleep;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, timeout, Instant};
 
 /// The TTL tenure candidates use, and the Go-style holders' leaseDurationSeconds.
 pub const TTL: Duration = Duration::from_secs(2);
 
 /// A Lease API test server over its own 1-node etcd.
 pub struct Env {
-    // Field order is drop order: the server before its etcd.
+    // Field order is drop order: the client before the server, the server
+    // before its etcd.
+    /// The Lease API of namespace `default`, with no tenure in between.
+    pub raw: Api<Lease>,
     pub server: LeaseServer,
     pub cluster: Cluster,
 }
@@ -38,7 +42,23 @@ pub async fn env() -> Env {
     let server = LeaseServer::start(&cluster.endpoints())
         .await
         .expect("lease server");
-    Env { server, cluster }
+    let config = server.kube_config().await.expect("kubeconfig");
+    let raw = Api::default_namespaced(kube::Client::try_from(config).expect("client"));
+    Env {
+        raw,
+        server,
+        cluster,
+    }
+}
+
+/// A Lease API test server and `N` tenure backends talking to it directly.
+pub async fn env_with<const N: usize>() -> (Env, [Arc<KubeBackend>; N]) {
+    let env = env().await;
+    let mut backends = Vec::with_capacity(N);
+    for _ in 0..N {
+        backends.push(env.backend().await);
+    }
+    (env, backends.try_into().unwrap())
 }
 
 impl Env {
@@ -74,12 +94,6 @@ impl Env {
             .expect("backend");
         (Arc::new(backend), link)
     }
-
-    /// The Lease API of namespace `default`, with no tenure in between.
-    pub async fn raw(&self) -> Api<Lease> {
-        let config = self.server.kube_config().await.expect("kubeconfig");
-        Api::default_namespaced(kube::Client::try_from(config).expect("client"))
-    }
 }
 
 /// Options choosing leaseTransitions as the fencing token.
@@ -104,16 +118,67 @@ pub fn candidacy(key: &str, identity: &str) -> Candidacy {
     Candidacy::parse(key, identity, TTL).unwrap()
 }
 
-/// Acquires once; panics unless granted.
-pub async fn hold(backend: &KubeBackend, key: &str, who: &str) -> tenure_core::Lease {
-    match backend
+/// One attempt for `key` as `who`: granted, or who holds it.
+pub async fn try_acquire(backend: &KubeBackend, key: &str, who: &str) -> Acquisition {
+    backend
         .acquire(&candidacy(key, who), AcquireMode::Once)
         .await
         .unwrap()
-    {
+}
+
+/// Acquires once; panics unless granted.
+pub async fn hold(backend: &KubeBackend, key: &str, who: &str) -> tenure_core::Lease {
+    match try_acquire(backend, key, who).await {
         Acquisition::Granted(lease) => lease,
         Acquisition::Held(h) => panic!("{key} held by {h:?}"),
     }
+}
+
+/// Acquires once; panics unless refused. Who holds `key`.
+pub async fn held_by(backend: &KubeBackend, key: &str, who: &str) -> LeaderInfo {
+    match try_acquire(backend, key, who).await {
+        Acquisition::Held(holder) => holder,
+        Acquisition::Granted(_) => panic!("{who} was granted {key}, which was held"),
+    }
+}
+
+/// Holds `key` once and releases it: the Lease exists and is free, so
+/// the next grant is a take-over.
+pub async fn leave_free(backend: &KubeBackend, key: &str, who: &str) {
+    let lease = hold(backend, key, who).await;
+    backend.release(&lease).await.unwrap();
+}
+
+/// A waiting acquire in the background: its outcome, and when it came.
+pub type Waiting = JoinHandle<(tenure_core::Result<Acquisition>, Instant)>;
+
+/// Starts `who`'s waiting acquire of `key`.
+pub fn wait_for_grant(backend: &Arc<KubeBackend>, key: &str, who: &str) -> Waiting {
+    wait_with(backend, candidacy(key, who))
+}
+
+/// Starts a waiting acquire of `wants`.
+pub fn wait_with(backend: &Arc<KubeBackend>, wants: Candidacy) -> Waiting {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        let outcome = backend.acquire(&wants, AcquireMode::Wait).await;
+        (outcome, Instant::now())
+    })
+}
+
+/// The lease `waiting` was granted within `limit` (else panics saying
+/// `what`), and when.
+pub async fn granted_within(
+    limit: Duration,
+    waiting: Waiting,
+    what: &str,
+) -> (tenure_core::Lease, Instant) {
+    let (outcome, at) = timeout(limit, waiting).await.expect(what).unwrap();
+    let lease = outcome
+        .expect("the waiting acquire")
+        .granted()
+        .expect("granted");
+    (lease, at)
 }
 
 /// The spec of Lease `name`; panics if it is missing.

@@ -8,6 +8,8 @@ use tenure_core::{AcquireMode, Acquisition, Candidacy, Lease, LeaseBackend};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_zookeeper::zookeeper_client::Client;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// The session timeout, and so the TTL (the harness runs a 200 ms tickTime).
 pub const TTL: Duration = Duration::from_secs(1);
@@ -19,6 +21,25 @@ pub async fn zookeeper() -> Cluster {
     Cluster::start(Topology::ZooKeeper { nodes: 1 })
         .await
         .expect("ZooKeeper container")
+}
+
+/// A 1-node ZooKeeper and two backends of it, each a session of its own.
+pub async fn two_sessions() -> (Cluster, Arc<ZooKeeperBackend>, Arc<ZooKeeperBackend>) {
+    let cluster = zookeeper().await;
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    (cluster, a, b)
+}
+
+/// A 3-node ensemble, once it has a leader, and which node that is.
+pub async fn ensemble() -> (Cluster, usize) {
+    let cluster = Cluster::start(Topology::ZooKeeper { nodes: 3 })
+        .await
+        .expect("ZooKeeper ensemble");
+    let leader = cluster
+        .await_leader(Duration::from_secs(30), |_| true)
+        .await
+        .unwrap();
+    (cluster, leader)
 }
 
 pub fn options() -> ZooKeeperOptions {
@@ -72,6 +93,31 @@ pub async fn hold(backend: &ZooKeeperBackend, candidacy: &Candidacy) -> Lease {
     }
 }
 
+/// A waiting acquire in the background: its outcome, and when it came.
+pub type Waiting = JoinHandle<(tenure_core::Result<Acquisition>, Instant)>;
+
+/// Starts the waiting acquire of `candidacy`.
+pub fn wait_for_grant(backend: &Arc<ZooKeeperBackend>, candidacy: Candidacy) -> Waiting {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        let outcome = backend.acquire(&candidacy, AcquireMode::Wait).await;
+        (outcome, Instant::now())
+    })
+}
+
+/// Waits at most `within` for a waiting acquire to end, which must be with
+/// a retryable error (`whose` names the candidacy).
+pub async fn ends_retryably(waiting: Waiting, within: Duration, whose: &str) {
+    let (outcome, _) = tokio::time::timeout(within, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{whose} still waits after {within:?}"))
+        .unwrap();
+    match outcome {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(acquisition) => panic!("{whose} got {acquisition:?}"),
+    }
+}
+
 /// The children of an election node owned by `session`.
 pub async fn owned_by(client: &Client, path: &str, session: i64) -> Vec<String> {
     let mut owned = Vec::new();
@@ -87,11 +133,14 @@ pub async fn owned_by(client: &Client, path: &str, session: i64) -> Vec<String> 
 
 /// Waits until the election node has `n` children.
 pub async fn until_children(client: &Client, path: &str, n: usize) {
-    tenure_testkit::harness::wait_for(
-        format!("{n} children of {path}"),
-        Duration::from_secs(10),
-        || async move { (children(client, path).await.len() == n).then_some(()) },
-    )
+    until_children_within(client, path, n, Duration::from_secs(10)).await;
+}
+
+/// Waits at most `within` until the election node has `n` children.
+pub async fn until_children_within(client: &Client, path: &str, n: usize, within: Duration) {
+    tenure_testkit::harness::wait_for(format!("{n} children of {path}"), within, || async move {
+        (children(client, path).await.len() == n).then_some(())
+    })
     .await
     .unwrap();
 }
