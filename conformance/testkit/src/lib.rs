@@ -13,6 +13,8 @@
 //! - [`factory::ClusterFactory`]: the suite's `BackendFactory` for any
 //!   backend on such servers, configured with a [`factory::Deployment`].
 //! - [`taps`]: counters of a protocol's messages at the proxies.
+//! - [`acquire`]: a raw acquire that must be granted, and a waiting one in
+//!   the background, as the backends' own tests make them.
 //! - [`THREE_NODE_CASES`]: the suite's cases a deployment on one node skips.
 //!
 //! It depends on no backend crate and no backend client: a backend's tests
@@ -29,7 +31,9 @@
 //                      once, configured per backend with a Deployment
 //   taps.rs            protocol message counters at the proxies
 //   measure.rs         timings over many trials (loss told, percentiles)
+//   acquire.rs         raw acquires the backends' tests share
 
+pub mod acquire;
 pub mod cluster_servers;
 pub mod factory;
 pub mod harness;

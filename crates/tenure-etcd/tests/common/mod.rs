@@ -6,12 +6,10 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use tenure_core::{AcquireMode, Acquisition, Candidacy, LeaderEvent, Lease, LeaseBackend};
+use tenure_core::{Candidacy, LeaderEvent, Lease};
 use tenure_etcd::{EtcdBackend, EtcdOptions};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_testkit::ProxyLink;
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 pub const TTL: Duration = Duration::from_secs(2);
 
@@ -55,22 +53,14 @@ pub async fn hold(backend: &EtcdBackend, key: &str, who: &str) -> Lease {
 
 /// A one-shot acquire of `candidacy` (a TTL of its own) that must be granted.
 pub async fn hold_with(backend: &EtcdBackend, candidacy: &Candidacy) -> Lease {
-    match backend.acquire(candidacy, AcquireMode::Once).await.unwrap() {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("{} is held by {h:?}", candidacy.key()),
-    }
+    tenure_testkit::acquire::granted(backend, candidacy).await
 }
 
-/// A waiting acquire in the background: its outcome, and when it came.
-pub type Waiting = JoinHandle<(tenure_core::Result<Acquisition>, Instant)>;
+pub use tenure_testkit::acquire::Waiting;
 
 /// `candidacy`'s waiting acquire, in the background.
 pub fn wait_for_grant(backend: &Arc<EtcdBackend>, candidacy: Candidacy) -> Waiting {
-    let backend = backend.clone();
-    tokio::spawn(async move {
-        let outcome = backend.acquire(&candidacy, AcquireMode::Wait).await;
-        (outcome, Instant::now())
-    })
+    tenure_testkit::acquire::waiting(backend.clone(), candidacy)
 }
 
 /// `a` holds `key` (as "a"), and `b` waits for it (as "b") in the background.

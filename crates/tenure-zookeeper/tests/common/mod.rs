@@ -4,12 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{AcquireMode, Acquisition, Candidacy, Lease, LeaseBackend};
+use tenure_core::{Candidacy, Lease};
 use tenure_testkit::harness::{Cluster, Topology};
 use tenure_zookeeper::zookeeper_client::Client;
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperOptions};
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 /// The session timeout, and so the TTL (the harness runs a 200 ms tickTime).
 pub const TTL: Duration = Duration::from_secs(1);
@@ -87,22 +85,14 @@ pub fn candidacy_with_ttl(key: &str, identity: &str, ttl: Duration) -> Candidacy
 
 /// Takes the lease at once, or panics naming who holds it.
 pub async fn hold(backend: &ZooKeeperBackend, candidacy: &Candidacy) -> Lease {
-    match backend.acquire(candidacy, AcquireMode::Once).await.unwrap() {
-        Acquisition::Granted(lease) => lease,
-        Acquisition::Held(h) => panic!("{} is held by {h:?}", candidacy.key()),
-    }
+    tenure_testkit::acquire::granted(backend, candidacy).await
 }
 
-/// A waiting acquire in the background: its outcome, and when it came.
-pub type Waiting = JoinHandle<(tenure_core::Result<Acquisition>, Instant)>;
+pub use tenure_testkit::acquire::Waiting;
 
 /// Starts the waiting acquire of `candidacy`.
 pub fn wait_for_grant(backend: &Arc<ZooKeeperBackend>, candidacy: Candidacy) -> Waiting {
-    let backend = backend.clone();
-    tokio::spawn(async move {
-        let outcome = backend.acquire(&candidacy, AcquireMode::Wait).await;
-        (outcome, Instant::now())
-    })
+    tenure_testkit::acquire::waiting(backend.clone(), candidacy)
 }
 
 /// Waits at most `within` for a waiting acquire to end, which must be with
