@@ -19,6 +19,10 @@ use crate::granted::RedisGrant;
 use crate::master::Master;
 use crate::{redlock_drift, unavailable, RedisBackend};
 
+/// The least a refused round waits for its remaining answers to say which
+/// of two named holders a majority holds.
+const MIN_SETTLE: Duration = Duration::from_millis(5);
+
 /// How one attempt to take the key on every master ended.
 pub(crate) enum Attempt {
     Granted(Lease),
@@ -167,8 +171,34 @@ impl RedisBackend {
             calls.push(Box::pin(call(i)));
         }
         let mut outstanding = calls.len();
-        while granted < quorum && n - refused - failures.len() >= quorum {
-            let Some((m, answer)) = calls.next().await else {
+        // Once a grant is out of reach, the refusals so far may still name
+        // two holders once each (a round's loser set one master just after
+        // the winner took the others): the answers still to come say which
+        // a majority holds, so they are waited for, as long again as the
+        // round has taken (a silent master does not hold up the answer).
+        let mut settle_by = None;
+        loop {
+            if granted >= quorum {
+                break;
+            }
+            if n - refused - failures.len() < quorum {
+                if outstanding == 0 || named_by_majority(&holders, quorum) {
+                    break;
+                }
+                let by = *settle_by
+                    .get_or_insert_with(|| Instant::now() + sent_at.elapsed().max(MIN_SETTLE));
+                if Instant::now() >= by {
+                    break;
+                }
+            }
+            let next = match settle_by {
+                Some(by) => match tokio::time::timeout_at(by, calls.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+                None => calls.next().await,
+            };
+            let Some((m, answer)) = next else {
                 break;
             };
             outstanding -= 1;
@@ -602,13 +632,20 @@ impl RedisBackend {
     }
 }
 
+/// Whether one holder is named by `quorum` of the refusals.
+fn named_by_majority(holders: &[(String, Duration)], quorum: usize) -> bool {
+    holders
+        .iter()
+        .any(|(h, _)| holders.iter().filter(|(o, _)| o == h).count() >= quorum)
+}
+
 /// Who most likely holds a key, from the holders the masters that refused
 /// named (with the time their keys have left): the one most masters named,
 /// and of those named as often, the one whose key has the most time left,
-/// that is the newest grant. A release returns once a majority let go, so a
-/// key the last holder released may still stand on one master while its
-/// successor holds the others; a racer that saw each once names the
-/// successor.
+/// that is the newest grant. The tie is a guess: a round that gets two
+/// names once each waits for its remaining answers first (see
+/// [`RedisBackend::attempt`]), and a loser's key on one master may be newer
+/// than the winner's on the others.
 pub(crate) fn likeliest_holder(holders: Vec<(String, Duration)>) -> Option<String> {
     let mut counts: Vec<(String, usize, Duration)> = Vec::new();
     for (holder, left) in holders {

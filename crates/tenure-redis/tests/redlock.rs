@@ -360,6 +360,54 @@ async fn an_orphan_key_on_the_first_master_alone_does_not_block_a_campaign() {
     );
 }
 
+/// A refused attempt names the holder a majority holds. Here the first
+/// master keeps an orphan with more time left than b's keys on the other
+/// two: the first two refusals (the orphan, then b) name one holder each,
+/// and the tie went to the key with the most time left, the orphan, which
+/// holds nothing. Racers were told so in the suite when a round's loser had
+/// just set the first master after the winner took the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_split_between_two_holders_names_the_one_a_majority_holds() {
+    let t = three().await;
+    let stored = format!("{}split", RedlockOptions::default().key_prefix);
+    let ttl = Duration::from_secs(10);
+    let other = RedisBackend::builder(&t.cluster.endpoints())
+        .allow_unfenced()
+        .connect()
+        .await
+        .expect("a second client");
+    match other
+        .acquire(&candidacy("split", "b", ttl), AcquireMode::Once)
+        .await
+    {
+        Ok(Acquisition::Granted(_)) => {}
+        other => panic!("b was not granted a free key: {other:?}"),
+    }
+    // b's key on the first master is replaced by an orphan that outlives
+    // the others.
+    let mut set = tenure_redis::redis::cmd("SET");
+    set.arg(&stored)
+        .arg(format!("{}:ghost", "0".repeat(40)))
+        .arg("PX")
+        .arg(30_000);
+    let _: () = {
+        let mut c = admin(&t.cluster, 0).await;
+        set.query_async(&mut c).await.unwrap()
+    };
+    match t
+        .client
+        .acquire(&candidacy("split", "a", ttl), AcquireMode::Once)
+        .await
+    {
+        Ok(Acquisition::Held(holder)) => assert_eq!(
+            holder.identity.as_str(),
+            "b",
+            "b holds two masters of three, the orphan one"
+        ),
+        other => panic!("a: {other:?}"),
+    }
+}
+
 /// A user whose Redis ACL allows only the keys (and channels) under the
 /// configured prefix can connect and campaign: nothing tenure touches lies
 /// outside it, the connect check included.
