@@ -252,6 +252,20 @@ async fn admin(cluster: &Cluster, i: usize) -> MultiplexedConnection {
     client.get_multiplexed_async_connection().await.unwrap()
 }
 
+/// Sets the key on master `i` alone, as a value of tenure's shape held by
+/// "ghost" for 30 s: an orphan (a release or an undo that missed it, a key
+/// set by hand).
+async fn plant_ghost(cluster: &Cluster, i: usize, key: &str) {
+    let stored = format!("{}{key}", RedlockOptions::default().key_prefix);
+    let mut set = tenure_redis::redis::cmd("SET");
+    set.arg(&stored)
+        .arg(format!("{}:ghost", "0".repeat(40)))
+        .arg("PX")
+        .arg(30_000);
+    let mut c = admin(cluster, i).await;
+    let _: () = set.query_async(&mut c).await.unwrap();
+}
+
 /// Makes the key vanish on master `i` (a master restarted empty, an
 /// eviction), and waits until it has.
 async fn lose_key_on(cluster: &Cluster, i: usize, key: &str) {
@@ -333,16 +347,7 @@ async fn a_key_lost_on_one_master_is_taken_again_at_the_next_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphan_key_on_the_first_master_alone_does_not_block_a_campaign() {
     let t = three().await;
-    let stored = format!("{}orphan", RedlockOptions::default().key_prefix);
-    let mut set = tenure_redis::redis::cmd("SET");
-    set.arg(&stored)
-        .arg(format!("{}:ghost", "0".repeat(40)))
-        .arg("PX")
-        .arg(30_000);
-    let _: () = {
-        let mut c = admin(&t.cluster, 0).await;
-        set.query_async(&mut c).await.unwrap()
-    };
+    plant_ghost(&t.cluster, 0, "orphan").await;
     let started = Instant::now();
     let ttl = Duration::from_secs(10);
     match t
@@ -369,7 +374,6 @@ async fn an_orphan_key_on_the_first_master_alone_does_not_block_a_campaign() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_split_between_two_holders_names_the_one_a_majority_holds() {
     let t = three().await;
-    let stored = format!("{}split", RedlockOptions::default().key_prefix);
     let ttl = Duration::from_secs(10);
     let other = RedisBackend::builder(&t.cluster.endpoints())
         .allow_unfenced()
@@ -385,15 +389,7 @@ async fn a_refusal_split_between_two_holders_names_the_one_a_majority_holds() {
     }
     // b's key on the first master is replaced by an orphan that outlives
     // the others.
-    let mut set = tenure_redis::redis::cmd("SET");
-    set.arg(&stored)
-        .arg(format!("{}:ghost", "0".repeat(40)))
-        .arg("PX")
-        .arg(30_000);
-    let _: () = {
-        let mut c = admin(&t.cluster, 0).await;
-        set.query_async(&mut c).await.unwrap()
-    };
+    plant_ghost(&t.cluster, 0, "split").await;
     match t
         .client
         .acquire(&candidacy("split", "a", ttl), AcquireMode::Once)
