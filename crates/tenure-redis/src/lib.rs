@@ -42,10 +42,8 @@ use tenure_core::{
     LeaderEvent, Lease, Result,
 };
 
-use answers::holder_of;
 use granted::RedisGrant;
 use master::Master;
-use round::Attempt;
 use scripts::Scripts;
 
 const BACKEND: &str = "redis";
@@ -122,22 +120,7 @@ impl HeartbeatBackend for RedisBackend {
     async fn acquire(&self, candidacy: Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         match mode {
             AcquireMode::Wait => self.acquire_waiting(&candidacy).await,
-            AcquireMode::Once => match self.attempt(&candidacy, &mut None).await {
-                Attempt::Granted(lease) => Ok(Acquisition::Granted(lease)),
-                Attempt::NotGranted {
-                    holder: Some(holder),
-                    ..
-                } if !holder.is_empty() => Ok(Acquisition::Held(holder_of(&holder))),
-                Attempt::NotGranted { failures, .. } => Err(unavailable(format!(
-                    "no majority of {} masters granted the key and none names a holder: {}",
-                    self.inner.masters.len(),
-                    if failures.is_empty() {
-                        "the key expired while it was being taken".to_owned()
-                    } else {
-                        failures.join("; ")
-                    }
-                ))),
-            },
+            AcquireMode::Once => self.acquire_once(&candidacy).await,
         }
     }
 

@@ -23,6 +23,10 @@ use crate::{redlock_drift, unavailable, RedisBackend};
 /// of two named holders a majority holds.
 const MIN_SETTLE: Duration = Duration::from_millis(5);
 
+/// The most a single attempt pauses, at random, before it tries again on
+/// masters split between candidates.
+const SPLIT_PAUSE: Duration = Duration::from_millis(20);
+
 /// How one attempt to take the key on every master ended.
 pub(crate) enum Attempt {
     Granted(Lease),
@@ -31,6 +35,10 @@ pub(crate) enum Attempt {
     /// free again, judged from their answers (`None` when too few answered).
     NotGranted {
         holder: Option<String>,
+        /// `holder` was named by a majority of masters (or confirmed so):
+        /// it holds the key. Else the masters are split (candidates took a
+        /// minority each, or an orphan stands on one) and nobody does.
+        majority: bool,
         free_in: Option<Duration>,
         /// A master answered with a key that never expires.
         no_expiry: bool,
@@ -151,6 +159,7 @@ impl RedisBackend {
                         undo.disarm();
                         return Attempt::NotGranted {
                             holder: Some(holder),
+                            majority: true,
                             free_in: Some(left),
                             no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
                             failures,
@@ -252,6 +261,7 @@ impl RedisBackend {
             .or_else(|| holders.iter().map(|(_, left)| left).max())
             .copied();
         Attempt::NotGranted {
+            majority: named_by_majority(&holders, quorum),
             holder: likeliest_holder(holders),
             free_in,
             no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
@@ -354,6 +364,48 @@ impl RedisBackend {
             });
         }
         (done, failures)
+    }
+
+    /// A single attempt: granted, or told who holds the key. Masters split
+    /// between candidates that took a minority each (racers whose first
+    /// master was slow to answer and who asked the others at once) hold
+    /// nothing: every round undoes its minority, so the attempt is made
+    /// again after a random pause, as Redlock prescribes, for up to a
+    /// twentieth of the TTL. A split that outlasts it is answered with the
+    /// likeliest holder.
+    pub(crate) async fn acquire_once(&self, candidacy: &Candidacy) -> Result<Acquisition> {
+        let give_up = Instant::now() + candidacy.ttl() / 20;
+        loop {
+            match self.attempt(candidacy, &mut None).await {
+                Attempt::Granted(lease) => return Ok(Acquisition::Granted(lease)),
+                Attempt::NotGranted {
+                    holder: Some(holder),
+                    majority,
+                    failures,
+                    ..
+                } if !holder.is_empty() => {
+                    if majority || !failures.is_empty() || Instant::now() >= give_up {
+                        return Ok(Acquisition::Held(holder_of(&holder)));
+                    }
+                    tracing::debug!(
+                        holder = %holder_of(&holder).identity,
+                        "the masters are split and none holds a majority; trying again"
+                    );
+                    tokio::time::sleep(Duration::from_millis(2) + jitter(SPLIT_PAUSE)).await;
+                }
+                Attempt::NotGranted { failures, .. } => {
+                    return Err(unavailable(format!(
+                        "no majority of {} masters granted the key and none names a holder: {}",
+                        self.inner.masters.len(),
+                        if failures.is_empty() {
+                            "the key expired while it was being taken".to_owned()
+                        } else {
+                            failures.join("; ")
+                        }
+                    )))
+                }
+            }
+        }
     }
 
     pub(crate) async fn acquire_waiting(&self, candidacy: &Candidacy) -> Result<Acquisition> {
@@ -722,7 +774,7 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     max.mul_f64(rand::random::<f64>())
 }
 
