@@ -1,7 +1,12 @@
 // A Curator LeaderLatch candidate for tenure-bench: prints "ready" once
-// connected, "leading" once it leads; on SIGINT it closes the latch (which
-// deletes its node, handing over) and the client; on SIGKILL its session
-// expires after the session timeout.
+// connected, "leading NANOS" once it leads; on SIGINT it prints "resigning
+// NANOS" and closes the latch (which deletes its node, handing over) and the
+// client; on SIGKILL its session expires after the session timeout.
+//
+// NANOS is System.nanoTime() when await() returned or just before close():
+// CLOCK_MONOTONIC on Linux, one clock for every process on the machine, so
+// the bench takes the hand-over as the standby's stamp less the leader's,
+// without the signal's delivery or the JVM's way to its shutdown hook.
 //
 // Usage: java -cp ... LatchCandidate CONNECT_STRING LATCH_PATH SESSION_TIMEOUT_MS
 
@@ -30,6 +35,9 @@ public class LatchCandidate {
         }
         LeaderLatch latch = new LeaderLatch(client, path, "p" + ProcessHandle.current().pid());
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            long resigning = System.nanoTime();
+            System.out.println("resigning " + resigning);
+            System.out.flush();
             try {
                 latch.close();
                 client.close();
@@ -41,7 +49,8 @@ public class LatchCandidate {
         System.out.flush();
         latch.start();
         latch.await();
-        System.out.println("leading");
+        long leading = System.nanoTime();
+        System.out.println("leading " + leading);
         System.out.flush();
         Thread.sleep(Long.MAX_VALUE);
     }

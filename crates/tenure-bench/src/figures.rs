@@ -22,6 +22,11 @@ pub enum Measure {
     Scale,
 }
 
+/// The system name of a server's floor row: the minimal sequence of
+/// requests the protocol needs for a graceful hand-over, timed with raw
+/// clients (see `floor.rs`).
+pub const FLOOR: &str = "floor";
+
 /// One row of one table.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Figure {

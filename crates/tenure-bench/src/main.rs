@@ -17,6 +17,8 @@
 //   deploy.rs          the servers per backend, their clients and counters
 //   run.rs             every deployment: tenure and its peers, then the report
 //   tenure_measures.rs tenure's in-process measures
+//   floor.rs           the protocol's floor: a hand-over's fewest requests,
+//                      timed with raw clients on the same servers
 //   sampling.rs        fresh keys, warm-up and timing loops every measure shares
 //   process.rs         candidates in processes (crash failover, hand-over)
 //   bin/tenure-bench-candidate.rs   the bench's own candidate process,
@@ -31,6 +33,7 @@ mod chart;
 mod deploy;
 mod error;
 mod figures;
+mod floor;
 mod machine;
 mod peers;
 mod plan;

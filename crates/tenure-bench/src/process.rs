@@ -45,12 +45,15 @@ impl Candidate {
         })
     }
 
-    /// Waits for a line starting with `prefix` (any line if empty); when it came.
-    async fn expect(&mut self, prefix: &str, limit: Duration) -> BenchResult<Instant> {
+    /// Waits for a line starting with `prefix` (any line if empty); when it
+    /// came, and the line.
+    async fn expect(&mut self, prefix: &str, limit: Duration) -> BenchResult<(Instant, String)> {
         let wait = async {
             loop {
                 match self.lines.next_line().await {
-                    Ok(Some(line)) if line.starts_with(prefix) => return Ok(Instant::now()),
+                    Ok(Some(line)) if line.starts_with(prefix) => {
+                        return Ok((Instant::now(), line))
+                    }
                     Ok(Some(_)) => continue,
                     Ok(None) => {
                         return Err(format!("the candidate exited before {prefix:?}").into())
@@ -100,8 +103,33 @@ pub struct Markers {
     pub ready: &'static str,
     /// Once leading (empty: the first line).
     pub leading: &'static str,
+    /// As the leader resigns, in the signal's handler (empty: none). With
+    /// it, both it and `leading` carry the process's CLOCK_MONOTONIC in
+    /// nanoseconds after the marker (`leading 123456789`), and a hand-over
+    /// is also timed from one stamp to the other ([`Trial::stamped`]).
+    pub resigning: &'static str,
     /// How long the standby is given to queue up after `ready`.
     pub settle: Duration,
+}
+
+/// What one [`trial`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Trial {
+    /// From the bench's signal to the standby's `leading` line, both in
+    /// the bench process.
+    pub signalled: Duration,
+    /// A hand-over from the leader's `resigning` stamp to the standby's
+    /// `leading` one, both taken in the candidates (see
+    /// [`Markers::resigning`]); `None` without those stamps.
+    pub stamped: Option<Duration>,
+}
+
+/// The CLOCK_MONOTONIC nanoseconds after `marker` in `line`.
+fn stamp(line: &str, marker: &str) -> BenchResult<i128> {
+    let nanos = line.strip_prefix(marker).unwrap_or(line).trim();
+    nanos
+        .parse()
+        .map_err(|_| format!("no clock stamp after {marker:?} in {line:?}").into())
 }
 
 /// One trial: a leader process, a standby queued behind it, the leader
@@ -111,7 +139,7 @@ pub async fn trial(
     lines: Markers,
     stop: Stop,
     limit: Duration,
-) -> BenchResult<Duration> {
+) -> BenchResult<Trial> {
     let mut leader = Candidate::spawn(command())?;
     leader
         .expect(lines.leading, Duration::from_secs(30))
@@ -127,11 +155,23 @@ pub async fn trial(
         Stop::Kill => libc::SIGKILL,
         Stop::Interrupt => libc::SIGINT,
     })?;
-    let led = standby.expect(lines.leading, limit).await?;
+    let (led, led_line) = standby.expect(lines.leading, limit).await?;
+    let stamped = if stop == Stop::Interrupt && !lines.resigning.is_empty() {
+        let (_, resigned) = leader.expect(lines.resigning, limit).await?;
+        let took = stamp(&led_line, lines.leading)? - stamp(&resigned, lines.resigning)?;
+        let took = u64::try_from(took)
+            .map_err(|_| format!("the standby led {} ns before the resign", -took))?;
+        Some(Duration::from_nanos(took))
+    } else {
+        None
+    };
     let _ = standby.signal(libc::SIGKILL);
     let _ = leader.child.wait().await;
     let _ = standby.child.wait().await;
-    Ok(led - stopped)
+    Ok(Trial {
+        signalled: led - stopped,
+        stamped,
+    })
 }
 
 /// A peer the bench does not write (`etcdctl elect`, Curator's
@@ -153,7 +193,9 @@ pub struct LinePeer {
 impl LinePeer {
     /// `trials` trials on `server`, the leader stopped by `stop`, each
     /// trial's candidates made by `command` from the trial's key; the row
-    /// notes `note`, then how many trials failed.
+    /// notes `note`, then how many trials failed. A hand-over whose
+    /// candidates stamp it ([`Markers::resigning`]) is the row's figure;
+    /// the note then gives the signal → `leading` line figures too.
     pub async fn measure(
         &self,
         server: &str,
@@ -162,20 +204,35 @@ impl LinePeer {
         command: impl Fn(&str) -> Command,
         note: &str,
     ) -> Figure {
-        let mut samples = Vec::new();
+        let (mut samples, mut stamped) = (Vec::new(), Vec::new());
         let mut errors = Vec::new();
         for _ in 0..trials {
             let key = fresh_key(self.key_prefix);
             match trial(|| command(&key), self.markers, stop, self.limit).await {
-                Ok(d) => samples.push(d),
+                Ok(t) => {
+                    samples.push(t.signalled);
+                    stamped.extend(t.stamped);
+                }
                 Err(e) => errors.push(e),
             }
         }
         let f = match stop {
-            Stop::Kill => Figure::failover(server, self.name, &samples, self.ttl),
-            Stop::Interrupt => Figure::latency(Measure::Handover, server, self.name, &samples),
+            Stop::Kill => Figure::failover(server, self.name, &samples, self.ttl).with_note(note),
+            Stop::Interrupt if !self.markers.resigning.is_empty() => {
+                let signalled = Figure::latency(Measure::Handover, server, self.name, &samples);
+                let ms = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}"));
+                Figure::latency(Measure::Handover, server, self.name, &stamped)
+                    .with_note(note)
+                    .with_note(format!(
+                        "from the SIGINT to the standby's line instead: p50 {} ms, p99 {} ms",
+                        ms(signalled.p50_ms),
+                        ms(signalled.p99_ms)
+                    ))
+            }
+            Stop::Interrupt => {
+                Figure::latency(Measure::Handover, server, self.name, &samples).with_note(note)
+            }
         };
-        let f = f.with_note(note);
         match errors.first() {
             Some(e) => f.with_note(format!("{} trials failed: {e}", errors.len())),
             None => f,
@@ -271,4 +328,19 @@ fn candidate_program() -> BenchResult<PathBuf> {
         .into());
     }
     Ok(program)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stamp;
+
+    #[test]
+    fn a_stamp_is_the_number_after_its_marker() {
+        assert_eq!(
+            stamp("leading 1234567890123", "leading").unwrap(),
+            1_234_567_890_123
+        );
+        assert!(stamp("leading", "leading").is_err());
+        assert!(stamp("leading soon", "leading").is_err());
+    }
 }

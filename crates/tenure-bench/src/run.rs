@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use crate::deploy::{BenchResult, Deployment, Server};
 use crate::error::BenchError;
-use crate::figures::{Figure, Measure};
+use crate::figures::{Figure, Measure, FLOOR};
+use crate::floor;
 use crate::peers::{curator, etcd_election, etcdctl, rslock, unavailable};
 use crate::plan::{Plan, HERD_TTL, SCALE_TTL, TTL};
 use crate::process::{candidate_trial, Stop};
@@ -193,6 +194,12 @@ async fn bench_one(
 
     let h = plan.handover_trials;
     rows.add(Measure::Handover, "tenure", handover(d, TTL, h).await);
+    if matches!(
+        d.server,
+        Server::Etcd(_) | Server::ZooKeeper(_) | Server::Kube(_)
+    ) {
+        rows.add(Measure::Handover, FLOOR, floor::handover(d, h).await);
+    }
     match d.server {
         Server::Etcd(_) => {
             let f = etcd_election::handover(d, h).await;

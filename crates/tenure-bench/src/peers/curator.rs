@@ -74,16 +74,19 @@ fn command(classpath: &str, endpoints: &[String], path: &str, ttl: Duration) -> 
     c
 }
 
-/// What `LatchCandidate` prints; the JVM takes a while to start and queue,
-/// so the standby is given longer to settle.
+/// What `LatchCandidate` prints (`leading` and `resigning` with its
+/// `System.nanoTime()`); the JVM takes a while to start and queue, so the
+/// standby is given longer to settle.
 const MARKERS: Markers = Markers {
     ready: "ready",
     leading: "leading",
+    resigning: "resigning",
     settle: Duration::from_millis(1500),
 };
 
-/// Hand-over (SIGINT: the shutdown hook closes the latch) or crash failover
-/// (SIGKILL; minus the session timeout `ttl`).
+/// Hand-over (SIGINT: the shutdown hook closes the latch; timed from the
+/// leader's stamp before `close()` to the standby's after `await()`) or
+/// crash failover (SIGKILL; minus the session timeout `ttl`).
 pub async fn measure(
     label: &str,
     classpath: &BenchResult<String>,
@@ -105,7 +108,9 @@ pub async fn measure(
     };
     let note = match stop {
         Stop::Kill => format!("session timeout {} s, SIGKILL", ttl.as_secs()),
-        Stop::Interrupt => "SIGINT; includes the JVM's shutdown-hook path".to_owned(),
+        Stop::Interrupt => "the leader's close() → the standby's await() returns, \
+                            stamped in each JVM (System.nanoTime, CLOCK_MONOTONIC)"
+            .to_owned(),
     };
     let command = |key: &str| command(classpath, endpoints, &format!("/{key}"), ttl);
     peer.measure(label, stop, trials, command, &note).await

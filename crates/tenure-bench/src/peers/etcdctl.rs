@@ -37,6 +37,7 @@ fn command(endpoints: &[String], name: &str) -> Command {
 const LINES: Markers = Markers {
     ready: "",
     leading: "",
+    resigning: "",
     settle: Duration::from_millis(500),
 };
 
