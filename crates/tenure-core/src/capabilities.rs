@@ -105,6 +105,14 @@ pub struct Capabilities {
     /// backend watches it and [fires](crate::LossSignal) its lease's loss
     /// signal. The conformance suite measures how soon.
     pub holder_watches_own_record: bool,
+    /// Renewals of one client's leases that arrive within a millisecond or
+    /// two go out as one request (one ZooKeeper `sync` and multi-read for
+    /// every node of the session). An [`Elector`](crate::Elector) then
+    /// renews on a grid shared by every elector of the process (its renewal
+    /// interval apart, each renewal at the last grid point before it is
+    /// due) rather than at a random spread, so that its terms of one TTL
+    /// renew together.
+    pub renewals_batched: bool,
 }
 
 impl Capabilities {
@@ -123,6 +131,7 @@ impl Capabilities {
             expiry_slack: Duration::ZERO,
             expiry_judged_by_observer: false,
             holder_watches_own_record: false,
+            renewals_batched: false,
         }
     }
 

@@ -433,17 +433,37 @@ fn unexpected(result: Option<MultiReadResult>) -> tenure_core::Error {
     )
 }
 
-/// Whether our node is still ours (same czxid, owned by the client's current
-/// session), read after a `sync`; `Err` only for transient trouble.
+/// A node of ours, as a renewal checks it: its path, and the creation
+/// and owner it must still have.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    pub path: String,
+    pub czxid: i64,
+    pub owner: i64,
+}
+
+/// Whether `stat` (of `node`'s path, read on `client`) is still our node.
+fn ours(client: &Client, node: &Node, stat: &Stat) -> std::result::Result<(), LossReason> {
+    if stat.czxid == node.czxid
+        && stat.ephemeral_owner == node.owner
+        && client.session_id().0 == node.owner
+    {
+        Ok(())
+    } else {
+        // The path is ours alone (it bears our uuid): another session owns it now.
+        Err(LossReason::TakenOver)
+    }
+}
+
+/// Whether our node is still ours, read after a `sync`: deleted, taken
+/// over, or lost with our session, the reason.
 pub(crate) async fn still_ours(
     client: &Client,
-    node_path: &str,
-    czxid: i64,
-    owner: i64,
+    node: &Node,
     settings: &Settings,
 ) -> Result<std::result::Result<(), LossReason>> {
-    let (synced, stat) = after_sync(client, node_path, "sync and exists", settings, || {
-        client.check_stat(node_path)
+    let (synced, stat) = after_sync(client, &node.path, "sync and exists", settings, || {
+        client.check_stat(&node.path)
     })
     .await?;
     match (synced, stat) {
@@ -452,18 +472,101 @@ pub(crate) async fn still_ours(
         }
         (Err(ZkError::NoNode), _) | (_, Ok(None)) => Ok(Err(LossReason::Deleted)),
         (Err(e), _) | (_, Err(e)) => Err(map(e)),
-        (Ok(()), Ok(Some(stat))) => {
-            if stat.czxid == czxid
-                && stat.ephemeral_owner == owner
-                && client.session_id().0 == owner
-            {
-                Ok(Ok(()))
-            } else {
-                // The path is ours alone (it bears our uuid): another session owns it now.
-                Ok(Err(LossReason::TakenOver))
+        (Ok(()), Ok(Some(stat))) => Ok(ours(client, node, &stat)),
+    }
+}
+
+/// Nodes read by one multi-read request: well within the server's 1 MB
+/// packet limit (a node's answer is its stat and an identity).
+const MULTI_READ: usize = 256;
+
+/// [`still_ours`] for many nodes at once: one `sync`, then one multi-read
+/// for every [`MULTI_READ`] nodes, pipelined behind it. A verdict per node,
+/// in order.
+pub(crate) async fn still_ours_all(
+    client: &Client,
+    nodes: &[Node],
+    settings: &Settings,
+) -> Vec<Result<std::result::Result<(), LossReason>>> {
+    let Some(first) = nodes.first() else {
+        return Vec::new();
+    };
+    // The whole batch failed alike: the same error for every node.
+    let each =
+        |error: &dyn Fn() -> tenure_core::Error| nodes.iter().map(|_| Err(error())).collect();
+    let read = after_sync(client, &first.path, "sync and multi-read", settings, || {
+        let chunks: Vec<_> = nodes
+            .chunks(MULTI_READ)
+            .map(|chunk| {
+                let mut reader = client.new_multi_reader();
+                let added = chunk.iter().try_for_each(|n| reader.add_get_data(&n.path));
+                // Sent here, behind the sync.
+                let committed = added.map(|()| reader.commit());
+                async move {
+                    match committed {
+                        Ok(commit) => commit.await,
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .collect();
+        futures::future::join_all(chunks)
+    })
+    .await;
+    let (synced, chunks) = match read {
+        Ok(answers) => answers,
+        // The request deadline passed (the only error `after_sync` has).
+        Err(tenure_core::Error::Timeout { operation, after }) => {
+            return each(&|| tenure_core::Error::Timeout { operation, after })
+        }
+        Err(error) => {
+            let message = error.to_string();
+            return each(&|| {
+                tenure_core::Error::unavailable(crate::error::BACKEND, message.clone())
+            });
+        }
+    };
+    match synced {
+        Err(ZkError::SessionExpired) => {
+            return nodes.iter().map(|_| Ok(Err(LossReason::Revoked))).collect()
+        }
+        Err(e) => return each(&|| map(e.clone())),
+        Ok(()) => {}
+    }
+    let mut verdicts = Vec::with_capacity(nodes.len());
+    for (chunk, answer) in nodes.chunks(MULTI_READ).zip(chunks) {
+        match answer {
+            Err(ZkError::SessionExpired) => {
+                verdicts.extend(chunk.iter().map(|_| Ok(Err(LossReason::Revoked))))
+            }
+            Err(e) => verdicts.extend(chunk.iter().map(|_| Err(map(e.clone())))),
+            Ok(results) if results.len() != chunk.len() => {
+                verdicts.extend(chunk.iter().map(|_| {
+                    Err(unavailable(
+                        "a multi-read answered for another number of nodes",
+                    ))
+                }))
+            }
+            Ok(results) => {
+                for (node, result) in chunk.iter().zip(results) {
+                    verdicts.push(match result {
+                        MultiReadResult::Data { stat, .. } => Ok(ours(client, node, &stat)),
+                        MultiReadResult::Error {
+                            err: ZkError::NoNode,
+                        } => Ok(Err(LossReason::Deleted)),
+                        MultiReadResult::Error {
+                            err: ZkError::SessionExpired,
+                        } => Ok(Err(LossReason::Revoked)),
+                        MultiReadResult::Error { err } => Err(map(err)),
+                        _ => Err(unavailable(
+                            "a multi-read answered something other than a node's data",
+                        )),
+                    });
+                }
             }
         }
     }
+    verdicts
 }
 
 /// Deletes our node by its (unique, uuid-bearing) path. tenure never

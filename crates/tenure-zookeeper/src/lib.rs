@@ -26,6 +26,7 @@ mod latch;
 mod own;
 mod probe;
 mod relay;
+mod renewals;
 mod session;
 mod terms;
 mod url;
@@ -337,6 +338,8 @@ impl HeartbeatBackend for ZooKeeperBackend {
         caps.expiry_slack = timeout / 2;
         // Each holder watches its own node (own.rs).
         caps.holder_watches_own_record = true;
+        // One sync and multi-read for the renewals that come together.
+        caps.renewals_batched = true;
         caps
     }
 
@@ -409,9 +412,13 @@ impl HeartbeatBackend for ZooKeeperBackend {
                 return Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked));
             }
         };
-        let sent_at = Instant::now();
-        let ours =
-            latch::still_ours(&client, &held.path, held.czxid, held.owner, &settings).await?;
+        let node = latch::Node {
+            path: held.path.clone(),
+            czxid: held.czxid,
+            owner: held.owner,
+        };
+        let (sent_at, ours) =
+            renewals::Renewals::still_ours(&held.session, &client, node, &settings).await?;
         if let Err(reason) = ours {
             state.ended = true;
             tracing::debug!(

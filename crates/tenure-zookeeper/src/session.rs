@@ -192,6 +192,8 @@ pub(crate) struct Session {
     /// The node-name prefixes (`_c_<uuid>-latch-`) of live candidacies.
     claimed: std::sync::Mutex<HashSet<String>>,
     terms: Arc<Terms>,
+    /// Renewals being gathered into one request.
+    renewals: crate::renewals::Renewals,
     /// Listens for the client while the session lives.
     _relay: Relay,
 }
@@ -213,6 +215,7 @@ impl Session {
             closing: watch::Sender::new(false),
             claimed: Default::default(),
             terms: terms.clone(),
+            renewals: Default::default(),
             _relay: relay,
         });
         let (watched, mut closing) = (Arc::downgrade(&session), session.closing.subscribe());
@@ -241,6 +244,11 @@ impl Session {
 
     /// A client of this session, for requests, or for a wait inside
     /// [`unless_closed`](Self::unless_closed); an error once it is closed.
+    /// Renewals being gathered into one request.
+    pub(crate) fn renewals(&self) -> &crate::renewals::Renewals {
+        &self.renewals
+    }
+
     pub(crate) fn client(&self) -> Result<Client> {
         self.client
             .lock()

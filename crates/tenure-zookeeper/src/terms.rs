@@ -109,6 +109,11 @@ impl Terms {
 
     /// Counts a lease on the session until the returned guard is dropped:
     /// a shrink fires `signal` (at once, if the session shrank already).
+    /// How many leases of this client live now.
+    pub(crate) fn live(&self) -> usize {
+        self.state.lock().unwrap().leases.len()
+    }
+
     pub(crate) fn count_on(self: &Arc<Self>, signal: LossSignal) -> Counting {
         let mut state = self.state.lock().unwrap();
         if self.shrunk.borrow().is_some() {

@@ -515,3 +515,60 @@ async fn a_session_shrunk_by_a_rolling_restart_ends_its_terms_before_anyone_else
         other => panic!("a campaigned again on a shrinking ensemble: {other:?}"),
     }
 }
+
+/// A thousand leaderships on one client would send two thousand requests
+/// per renewal interval if each renewed alone (a `sync` and an `exists`).
+/// The Elector renews the terms of a backend that batches on one grid, and
+/// the session sends the renewals that come together as one `sync` and one
+/// multi-read: here twenty leaderships cost the server a few requests per
+/// interval, and every one of them keeps its term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_renewals_of_many_leaderships_on_one_client_go_out_together() {
+    const KEYS: usize = 20;
+    let cluster = zookeeper().await;
+    let backend = common::connect(&cluster).await;
+    let mut held = Vec::new();
+    for i in 0..KEYS {
+        let elector = tenure_core::Elector::builder(backend.clone())
+            .key(format!("many-{i}"))
+            .identity("a")
+            .ttl(TTL)
+            .build()
+            .unwrap();
+        let leadership = elector.campaign().await.unwrap();
+        held.push((elector, leadership));
+    }
+    // A renewal interval or two for every term to reach the grid.
+    tokio::time::sleep(TTL).await;
+    let received = || async {
+        cluster
+            .stats(0)
+            .await
+            .expect("the server's mntr")
+            .get("zk_packets_received")
+    };
+    let before = received().await;
+    let window = TTL * 2;
+    tokio::time::sleep(window).await;
+    let packets = received().await - before;
+    // Renewing alone, every lease would renew at least every TTL/3, with
+    // two requests each time.
+    let alone = KEYS as u64 * 2 * (window.as_millis() / (TTL / 3).as_millis()) as u64;
+    eprintln!("{packets} requests in {window:?} from {KEYS} leaderships (alone: at least {alone})");
+    assert!(
+        packets * 4 < alone,
+        "{packets} requests reached the server in {window:?} from {KEYS} leaderships on one \
+         client; renewing alone they would send at least {alone}"
+    );
+    for (elector, leadership) in &held {
+        assert!(
+            leadership.is_valid(),
+            "{} lost its term",
+            elector.candidacy().key()
+        );
+    }
+    for (elector, leadership) in held {
+        leadership.resign().await.unwrap();
+        elector.shutdown().await;
+    }
+}

@@ -69,6 +69,10 @@ pub(crate) struct Settings {
     /// lease live (see `renewal::interval`).
     pub renew_interval: Option<Duration>,
     pub renew_jitter: f64,
+    /// Renew on the process-wide grid rather than with jitter: the backend
+    /// batches renewals that arrive together (see
+    /// [`Capabilities::renewals_batched`](crate::Capabilities::renewals_batched)).
+    pub align_renewals: bool,
     pub retry_min: Duration,
     pub retry_max: Duration,
     pub renew_on: RenewOn,
@@ -123,7 +127,10 @@ impl ElectorBuilder {
         self.renew_interval = Some(interval);
         self
     }
-    /// Random spread of each renewal interval, as a fraction (default 0.1 = ±10 %).
+    /// Random spread of each renewal interval, as a fraction (default 0.1 =
+    /// ±10 %). Not applied on a backend that batches renewals
+    /// ([`Capabilities::renewals_batched`](crate::Capabilities::renewals_batched)):
+    /// its terms renew together, on a grid of the process.
     pub fn renew_jitter(mut self, fraction: f64) -> Self {
         self.renew_jitter = fraction;
         self
@@ -246,6 +253,7 @@ impl ElectorBuilder {
                 }
             })
         };
+        let align_renewals = self.backend.capabilities().renewals_batched;
         Ok(Elector {
             inner: Arc::new(Inner {
                 backend: self.backend,
@@ -255,6 +263,7 @@ impl ElectorBuilder {
                     ttl,
                     renew_interval,
                     renew_jitter: self.renew_jitter,
+                    align_renewals,
                     retry_min,
                     retry_max,
                     renew_on: self.renew_on,

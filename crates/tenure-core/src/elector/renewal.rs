@@ -161,7 +161,29 @@ fn next_renewal(lease: &Lease, settings: &Settings) -> Instant {
         Some(spare) if !spare.is_zero() => interval + spare / 2,
         _ => window / 2,
     };
+    if settings.align_renewals {
+        return on_grid(lease.sent_at() + interval.min(latest), interval);
+    }
     lease.sent_at() + jittered(interval, settings.renew_jitter).min(latest)
+}
+
+/// The last point at or before `due` of a grid `period` (the renewal
+/// interval) apart, shared by every elector of the process (it starts when
+/// the first one asks): terms whose renewals fall due within one interval
+/// of each other renew at the same instant, and a backend that batches
+/// renewals sends them as one request. A term's first renewal comes up to
+/// an interval early (never before its grant's send); from then on, a
+/// renewal sent a moment after a grid point falls due a moment after the
+/// next, and renews on it: once an interval, together.
+fn on_grid(due: Instant, period: Duration) -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    if period < Duration::from_millis(1) {
+        return due;
+    }
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let since = due.saturating_duration_since(epoch).as_nanos();
+    let on_grid = since - since % period.as_nanos();
+    epoch + Duration::from_nanos(u64::try_from(on_grid).unwrap_or(u64::MAX))
 }
 
 /// Releases, retrying transient failures for at most one TTL: by then the
@@ -206,6 +228,7 @@ mod tests {
             ttl: Duration::from_secs(3),
             renew_interval: Some(Duration::from_millis(interval_ms)),
             renew_jitter: 0.1,
+            align_renewals: false,
             retry_min: Duration::from_millis(10),
             retry_max: Duration::from_millis(100),
             renew_on: RenewOn::CurrentRuntime,
@@ -214,6 +237,10 @@ mod tests {
     }
 
     fn lease(lead_ms: u64) -> Lease {
+        lease_sent(Instant::now()).with_expiry_lead(Duration::from_millis(lead_ms))
+    }
+
+    fn lease_sent(at: Instant) -> Lease {
         let candidacy = Candidacy::with_drift_margin(
             ElectionKey::new("k").unwrap(),
             CandidateId::new("a").unwrap(),
@@ -221,8 +248,7 @@ mod tests {
             Duration::ZERO,
         )
         .unwrap();
-        Lease::new(candidacy, None, Instant::now(), LeaseHandle::new(()))
-            .with_expiry_lead(Duration::from_millis(lead_ms))
+        Lease::new(candidacy, None, at, LeaseHandle::new(()))
     }
 
     #[tokio::test(start_paused = true)]
@@ -273,5 +299,43 @@ mod tests {
             interval(&lease(2000), &settings(700)),
             Duration::from_millis(700)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_batching_backend_terms_of_one_ttl_renew_together() {
+        let aligned = || Settings {
+            align_renewals: true,
+            ..settings(1000)
+        };
+        // Leases granted at scattered instants: each renews at most an
+        // interval early, never before its send, at an instant of the
+        // shared grid.
+        let mut firsts = Vec::new();
+        for offset in [0, 130, 480, 499, 777] {
+            tokio::time::advance(Duration::from_millis(offset)).await;
+            let lease = lease(0);
+            let at = next_renewal(&lease, &aligned());
+            let early = lease.sent_at() + Duration::from_secs(1) - at;
+            assert!(
+                early < Duration::from_secs(1) && at >= lease.sent_at(),
+                "renewal {early:?} early"
+            );
+            firsts.push(at);
+        }
+        // Renewed on the grid (each sent a moment after its grid instant),
+        // each falls due again one interval on.
+        let next: Vec<Instant> = firsts
+            .iter()
+            .map(|at| next_renewal(&lease_sent(*at + Duration::from_millis(2)), &aligned()))
+            .collect();
+        for (first, then) in firsts.iter().zip(&next) {
+            assert_eq!(*then - *first, Duration::from_secs(1));
+        }
+        // All on one grid of an interval: at each of its instants, every
+        // term renews at once.
+        for then in &next {
+            let apart = then.duration_since(next[0]).as_millis();
+            assert_eq!(apart % 1000, 0, "{apart} ms from the first is off the grid");
+        }
     }
 }
