@@ -1,4 +1,5 @@
-//! The HTTP routes: GET / POST / PUT / DELETE on Leases, list and watch.
+//! The HTTP routes: GET / POST / PUT / DELETE on Leases, list and watch
+//! (PATCH in patch.rs).
 
 // Handlers return a finished Response either way; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
@@ -15,6 +16,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::faults::Requests;
+use super::managed;
 use super::status::{self, FieldError};
 use super::store::{Store, WriteError};
 use super::watch;
@@ -26,7 +28,10 @@ pub(crate) fn router(store: Store) -> Router {
         .route(BASE, get(list_or_watch).post(create))
         .route(
             &format!("{BASE}/{{name}}"),
-            get(read).put(update).delete(remove),
+            get(read)
+                .put(update)
+                .delete(remove)
+                .patch(super::patch::patch),
         )
         .layer(axum::middleware::from_fn_with_state(store.clone(), count))
         .with_state(store)
@@ -44,7 +49,7 @@ async fn count(
 
 type Params = Query<HashMap<String, String>>;
 
-fn write_failure(e: WriteError, name: &str) -> Response {
+pub(crate) fn write_failure(e: WriteError, name: &str) -> Response {
     match e {
         WriteError::AlreadyExists => status::already_exists(name),
         WriteError::NotFound => status::not_found(name),
@@ -67,7 +72,7 @@ pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
 }
 
 /// kube-apiserver's validation of a Lease, for the fields it checks.
-fn validate(object: &Value, name: &str) -> Vec<FieldError> {
+pub(crate) fn validate(object: &Value, name: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if !is_dns1123_subdomain(name) {
         errors.push((
@@ -137,7 +142,32 @@ async fn read(State(store): State<Store>, Path((ns, name)): Path<(String, String
     }
 }
 
-async fn create(State(store): State<Store>, Path(ns): Path<String>, body: Bytes) -> Response {
+/// The manager of a create or an update: `?fieldManager=`, or the
+/// User-Agent's first word.
+fn manager(params: &HashMap<String, String>, headers: &axum::http::HeaderMap) -> String {
+    let user_agent = headers
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    managed::manager_of(params, user_agent)
+}
+
+/// The managedFields of a create or an update by `manager`, from `live`
+/// (none for a create) to `object` (an Update operation).
+fn record_update(live: Option<&Value>, object: &mut Value, manager: &str) {
+    let empty = json!({ "metadata": {}, "spec": {} });
+    let entries = managed::of_write(live, object);
+    let entries = managed::update(live.unwrap_or(&empty), object, entries, manager);
+    managed::encode(object, entries);
+}
+
+async fn create(
+    State(store): State<Store>,
+    Path(ns): Path<String>,
+    Query(params): Params,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let mut object = match parse(&body) {
         Ok(o) => o,
         Err(r) => return r,
@@ -152,6 +182,7 @@ async fn create(State(store): State<Store>, Path(ns): Path<String>, body: Bytes)
     }
     let uid = format!("{:032x}", rand::random::<u128>());
     object["metadata"]["uid"] = json!(uid);
+    record_update(None, &mut object, &manager(&params, &headers));
     match store.create(&ns, &name, &object).await {
         Ok(created) => store
             .faults()
@@ -162,7 +193,7 @@ async fn create(State(store): State<Store>, Path(ns): Path<String>, body: Bytes)
 }
 
 /// A string field of `metadata`, if set and not empty.
-fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object["metadata"][field].as_str().filter(|s| !s.is_empty())
 }
 
@@ -178,6 +209,8 @@ fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
 async fn update(
     State(store): State<Store>,
     Path((ns, name)): Path<(String, String)>,
+    Query(params): Params,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
     let mut object = match parse(&body) {
@@ -242,6 +275,7 @@ async fn update(
             meta.remove("resourceVersion");
         }
         object["metadata"]["uid"] = json!(format!("{:032x}", rand::random::<u128>()));
+        record_update(None, &mut object, &manager(&params, &headers));
         return match store.create(&ns, &name, &object).await {
             Ok(created) => store
                 .faults()
@@ -275,6 +309,7 @@ async fn update(
         return status::invalid(&name, &errors);
     }
     object["metadata"]["uid"] = json!(stored_uid);
+    record_update(Some(&current), &mut object, &manager(&params, &headers));
     match store.update(&ns, &name, rv, &object).await {
         Ok(updated) => store
             .faults()

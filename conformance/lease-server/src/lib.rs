@@ -8,7 +8,9 @@
 //! `Txn(ModRevision == resourceVersion)` (409 Conflict otherwise), watch =
 //! etcd watch (ADDED / MODIFIED / DELETED / BOOKMARK; from a compacted
 //! resourceVersion, 200 and one ERROR event, Status 410 Expired), kube-style
-//! `Status` bodies and 422 validation.
+//! `Status` bodies and 422 validation; PATCH (JSON merge, JSON, strategic
+//! merge) and server-side apply, with `metadata.managedFields` kept on
+//! every write as kube-apiserver's field manager keeps them.
 //! Several instances may front one etcd, like several apiservers.
 //!
 //! Each instance runs on a thread and runtime of its own, so [`LeaseServer::kill`]
@@ -18,6 +20,9 @@
 // etcd as its storage: the Kubernetes backend's tests trust what it answers.
 //   lib.rs         LeaseServer: start, kill, restart, expire watches
 //   api.rs         the HTTP routes: get, list or watch, create, update, delete
+//   patch.rs       PATCH: merge, JSON, strategic merge patch, server-side apply
+//   patches.rs     the patch documents applied to a Lease's JSON
+//   managed.rs     metadata.managedFields: field ownership, apply conflicts
 //   store.rs       Leases in etcd: resourceVersion = mod revision, writes as txns
 //   watch.rs       watch over etcd's watch: events, bookmarks, 410 Expired
 //   status.rs      kube-style Status bodies and 422 field errors
@@ -29,6 +34,9 @@
 mod api;
 mod faults;
 mod kubeconfig;
+mod managed;
+mod patch;
+mod patches;
 mod status;
 mod store;
 mod watch;
@@ -128,7 +136,7 @@ impl LeaseServer {
         format!("http://{}", self.addr)
     }
 
-    /// Write requests (create, update, delete) this instance sent to etcd,
+    /// Write requests (create, update, delete, patch) this instance sent to etcd,
     /// successful or not: each is one etcd transaction. A write refused on
     /// what the server read just before (a stale resourceVersion, a failed
     /// precondition) never reaches etcd and is not counted, as

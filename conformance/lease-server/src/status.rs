@@ -18,7 +18,7 @@ fn details(name: Option<&str>) -> Value {
 }
 
 /// A `Status` failure with `code`, `reason`, `message` and `details`.
-fn status(code: StatusCode, reason: &str, message: String, details: Value) -> Response {
+pub(crate) fn status(code: StatusCode, reason: &str, message: String, details: Value) -> Response {
     let body = json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -190,5 +190,125 @@ pub(crate) fn invalid(name: &str, errors: &[FieldError]) -> Response {
         format!("Lease.coordination.k8s.io {name:?} is invalid: {message}"),
         Some(name),
         causes,
+    )
+}
+
+/// 409 Conflict: an update that cannot be made, for `why`
+/// (apimachinery's `errors.NewConflict`).
+pub(crate) fn cannot_fulfil(name: &str, why: &str) -> Response {
+    failure(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!("Operation cannot be fulfilled on {RESOURCE} {name:?}: {why}"),
+        Some(name),
+        vec![],
+    )
+}
+
+/// 415 UnsupportedMediaType: a PATCH whose Content-Type is none of
+/// `accepted` (apiserver/pkg/endpoints/handlers/negotiation/errors.go,
+/// errUnsupportedMediaType: no details).
+pub(crate) fn unsupported_media_type(accepted: &[&str]) -> Response {
+    let code = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!(
+            "the body of the request was in an unknown format - accepted media types include: {}",
+            accepted.join(", ")
+        ),
+        "reason": "UnsupportedMediaType",
+        "code": code.as_u16(),
+    });
+    (code, Json(body)).into_response()
+}
+
+/// One invalid option of a PATCH: (field, cause reason, message).
+pub(crate) type OptionError = (&'static str, &'static str, String);
+
+/// 422 Invalid: PatchOptions that fail validation
+/// (apimachinery/pkg/apis/meta/v1/validation/validation.go,
+/// ValidatePatchOptions, answered by handlers/patch.go as
+/// `errors.NewInvalid(PatchOptions.meta.k8s.io, "", errs)`).
+pub(crate) fn invalid_patch_options(errors: &[OptionError]) -> Response {
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|(field, reason, message)| json!({ "reason": reason, "message": message, "field": field }))
+        .collect();
+    let text: Vec<String> = errors
+        .iter()
+        .map(|(field, _, message)| format!("{field}: {message}"))
+        .collect();
+    let message = if text.len() == 1 {
+        text[0].clone()
+    } else {
+        format!("[{}]", text.join(", "))
+    };
+    let details = json!({ "group": "meta.k8s.io", "kind": "PatchOptions", "causes": causes });
+    status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!("PatchOptions.meta.k8s.io \"\" is invalid: {message}"),
+        details,
+    )
+}
+
+/// 422 Invalid: a JSON patch that does not apply to the object (a failed
+/// `test`, a path that is not there): handlers/patch.go answers it with
+/// `errors.NewGenericServerResponse(422, ...)`, whose message is fixed and
+/// whose details are empty.
+pub(crate) fn json_patch_rejected() -> Response {
+    status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        "the server rejected our request due to an error in our request".into(),
+        json!({}),
+    )
+}
+
+/// 409 Conflict: an apply that would change fields other managers own
+/// (apimachinery/pkg/util/managedfields/internal/conflict.go,
+/// NewConflictError and getConflictMessage; `errors.NewApplyConflict`:
+/// details carry only the causes). `conflicts` are (owner as printed,
+/// field), sorted by owner.
+pub(crate) fn apply_conflict(conflicts: &[(String, String)]) -> Response {
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|(manager, field)| {
+            json!({
+                "reason": "FieldManagerConflict",
+                "message": format!("conflict with {manager}"),
+                "field": field,
+            })
+        })
+        .collect();
+    let message = match conflicts {
+        [(manager, field)] => {
+            format!("Apply failed with 1 conflict: conflict with {manager}: {field}")
+        }
+        _ => {
+            let mut lines = Vec::new();
+            let mut last: Option<&String> = None;
+            for (manager, field) in conflicts {
+                if last != Some(manager) {
+                    lines.push(format!("conflicts with {manager}:"));
+                    last = Some(manager);
+                }
+                lines.push(format!("- {field}"));
+            }
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                lines.join("\n")
+            )
+        }
+    };
+    status(
+        StatusCode::CONFLICT,
+        "Conflict",
+        message,
+        json!({ "causes": causes }),
     )
 }

@@ -1,28 +1,9 @@
 //! The Lease API test server answers as kube-apiserver does, over a real etcd.
 
 use serde_json::{json, Value};
-use tenure_lease_server::LeaseServer;
-use tenure_testkit::harness::{Cluster, Topology};
+mod common;
 
-struct Fixture {
-    _cluster: Cluster,
-    server: LeaseServer,
-    http: reqwest::Client,
-}
-
-async fn fixture() -> Fixture {
-    let cluster = Cluster::start(Topology::Etcd { nodes: 1 })
-        .await
-        .expect("etcd");
-    let server = LeaseServer::start(&cluster.endpoints())
-        .await
-        .expect("lease server");
-    Fixture {
-        _cluster: cluster,
-        server,
-        http: reqwest::Client::new(),
-    }
-}
+use common::{answer_of, assert_status, fixture, Fixture};
 
 fn lease(name: &str, holder: &str, duration: i64, transitions: i64) -> Value {
     json!({
@@ -38,34 +19,15 @@ fn lease(name: &str, holder: &str, duration: i64, transitions: i64) -> Value {
 }
 
 impl Fixture {
-    fn url(&self, name: Option<&str>) -> String {
-        let base = format!(
-            "{}/apis/coordination.k8s.io/v1/namespaces/default/leases",
-            self.server.url()
-        );
-        match name {
-            Some(name) => format!("{base}/{name}"),
-            None => base,
-        }
-    }
     async fn post(&self, body: &Value) -> (u16, Value) {
         answer_of(self.http.post(self.url(None)).json(body)).await
     }
     async fn put(&self, name: &str, body: &Value) -> (u16, Value) {
         answer_of(self.http.put(self.url(Some(name))).json(body)).await
     }
-    async fn get(&self, name: &str) -> (u16, Value) {
-        answer_of(self.http.get(self.url(Some(name)))).await
-    }
     async fn delete(&self, name: &str) -> (u16, Value) {
         answer_of(self.http.delete(self.url(Some(name)))).await
     }
-}
-
-/// The status and JSON body `request` is answered with.
-async fn answer_of(request: reqwest::RequestBuilder) -> (u16, Value) {
-    let r = request.send().await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
 }
 
 fn rv(object: &Value) -> String {
@@ -105,13 +67,6 @@ impl Events {
             self.buffer.extend_from_slice(&chunk);
         }
     }
-}
-
-fn assert_status(answer: &(u16, Value), code: u16, reason: &str) {
-    assert_eq!(answer.0, code, "{}", answer.1);
-    assert_eq!(answer.1["kind"], "Status");
-    assert_eq!(answer.1["code"], code);
-    assert_eq!(answer.1["reason"], reason, "{}", answer.1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,61 @@
+//! What the Lease API test server's tests share: a server over a real etcd,
+//! its Leases' URL, and the answers' checks.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use tenure_lease_server::LeaseServer;
+use tenure_testkit::harness::{Cluster, Topology};
+
+pub struct Fixture {
+    _cluster: Cluster,
+    pub server: LeaseServer,
+    pub http: reqwest::Client,
+}
+
+/// A Lease API test server over a one-node etcd of its own.
+pub async fn fixture() -> Fixture {
+    let cluster = Cluster::start(Topology::Etcd { nodes: 1 })
+        .await
+        .expect("etcd");
+    let server = LeaseServer::start(&cluster.endpoints())
+        .await
+        .expect("lease server");
+    Fixture {
+        _cluster: cluster,
+        server,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Fixture {
+    /// The Leases of the `default` namespace, or the one named.
+    pub fn url(&self, name: Option<&str>) -> String {
+        let base = format!(
+            "{}/apis/coordination.k8s.io/v1/namespaces/default/leases",
+            self.server.url()
+        );
+        match name {
+            Some(name) => format!("{base}/{name}"),
+            None => base,
+        }
+    }
+
+    pub async fn get(&self, name: &str) -> (u16, Value) {
+        answer_of(self.http.get(self.url(Some(name)))).await
+    }
+}
+
+/// The status and JSON body `request` is answered with.
+pub async fn answer_of(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+/// `answer` is a Status with `code` and `reason`.
+pub fn assert_status(answer: &(u16, Value), code: u16, reason: &str) {
+    assert_eq!(answer.0, code, "{}", answer.1);
+    assert_eq!(answer.1["kind"], "Status", "{}", answer.1);
+    assert_eq!(answer.1["code"], code, "{}", answer.1);
+    assert_eq!(answer.1["reason"], reason, "{}", answer.1);
+}
