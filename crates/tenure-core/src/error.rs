@@ -140,9 +140,10 @@ impl Error {
     }
 
     /// A copy of the same kind and fields, for a report that keeps an error
-    /// the caller gets too. A client library's source cannot be cloned: the
+    /// the caller gets too, or a batched request whose one failure answers
+    /// several callers. A client library's source cannot be cloned: the
     /// copy's source keeps its message (with its own sources') only.
-    pub(crate) fn duplicate(&self) -> Error {
+    pub fn duplicate(&self) -> Error {
         fn text(source: &BoxError) -> BoxError {
             let mut message = source.to_string();
             let mut next = source.source();

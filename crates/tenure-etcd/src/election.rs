@@ -20,11 +20,6 @@ pub(crate) fn election_prefix(settings: &Settings, key: &str) -> String {
     format!("{}{}/", settings.key_prefix, key)
 }
 
-/// A candidate's own key, as `concurrency.Election` names it.
-pub(crate) fn candidate_key(prefix: &str, lease_id: i64) -> String {
-    format!("{prefix}{lease_id:x}")
-}
-
 /// Who a candidate key says leads: identity from the value, token from the create revision.
 pub(crate) fn leader_info(kv: &KeyValue) -> LeaderInfo {
     LeaderInfo {
@@ -249,18 +244,66 @@ pub(crate) async fn create_key(
     ))
 }
 
-/// Whether our key still exists with our create revision (etcd#11456, etcd#19597).
-pub(crate) async fn still_ours(
+/// Operations per transaction: etcd's default `--max-txn-ops`.
+pub(crate) const MAX_TXN_OPS: usize = 128;
+
+/// Whether each key (name, create revision) still exists with that create
+/// revision (etcd#11456, etcd#19597): one linearizable read for one key, a
+/// read-only transaction of gets per [`MAX_TXN_OPS`] keys for more.
+pub(crate) async fn still_ours_all(
     client: &Client,
-    key: &str,
-    create_revision: i64,
+    keys: &[(String, i64)],
     settings: &Settings,
-) -> Result<bool> {
-    let answer = settings.get(client, key, None).await?;
-    Ok(answer
-        .kvs()
-        .first()
-        .is_some_and(|kv| kv.create_revision() == create_revision))
+) -> Result<Vec<bool>> {
+    let ours = |kvs: &[KeyValue], create_revision: i64| {
+        kvs.first()
+            .is_some_and(|kv| kv.create_revision() == create_revision)
+    };
+    if let [(key, create_revision)] = keys {
+        let answer = settings
+            .get(client, key, Some(GetOptions::new().with_keys_only()))
+            .await?;
+        return Ok(vec![ours(answer.kvs(), *create_revision)]);
+    }
+    let mut found = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(MAX_TXN_OPS) {
+        let txn = Txn::new().and_then(
+            chunk
+                .iter()
+                .map(|(key, _)| TxnOp::get(key.as_str(), Some(GetOptions::new().with_keys_only())))
+                .collect::<Vec<_>>(),
+        );
+        let answer = settings.txn(client, &txn).await?;
+        let gets = answer.op_responses().into_iter().map(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        });
+        let mut answered = 0;
+        for ((_, create_revision), get) in chunk.iter().zip(gets) {
+            answered += 1;
+            found.push(get.is_some_and(|get| ours(get.kvs(), *create_revision)));
+        }
+        if answered != chunk.len() {
+            return Err(tenure_core::Error::backend(
+                BACKEND,
+                "a transaction of reads returned fewer answers than it asked",
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// Deletes `key` whatever its create revision: only for a name that no one
+/// else ever uses (a withdrawn candidacy's, whose create revision is not
+/// known because its create was never answered).
+pub(crate) async fn delete_by_name(client: &Client, key: &str, settings: &Settings) -> Result<()> {
+    settings
+        .unary(client, "delete", || {
+            let mut kv = client.kv_client();
+            async move { kv.delete(key, None).await }
+        })
+        .await?;
+    Ok(())
 }
 
 /// Deletes our key only if it is still the one we created (etcd#22082).

@@ -33,6 +33,16 @@ pub(crate) fn map(error: etcd_client::Error) -> Error {
 }
 
 /// Whether the error is etcd saying the lease does not exist (any more).
+/// Whether tenure's `error` is etcd's "requested lease not found".
+pub(crate) fn is_lease_gone(error: &Error) -> bool {
+    match error {
+        Error::Backend { source, .. } | Error::Unavailable { source, .. } => source
+            .downcast_ref::<etcd_client::Error>()
+            .is_some_and(is_lease_not_found),
+        _ => false,
+    }
+}
+
 pub(crate) fn is_lease_not_found(error: &etcd_client::Error) -> bool {
     match error {
         etcd_client::Error::GRpcStatus(s) => s.code() == Code::NotFound,

@@ -133,13 +133,11 @@ impl KeepAlive {
 
 /// What a renewal found.
 pub(crate) enum Renewed {
-    /// The lease lives on (and the key, where asked); the deadline may
-    /// count from `sent_at`.
-    Alive { sent_at: Instant },
+    /// The lease lives on; the deadline may count from `sent_at`. For each
+    /// key asked about, in order, whether it is still ours.
+    Alive { sent_at: Instant, ours: Vec<bool> },
     /// The lease is gone on the server.
     Expired,
-    /// The lease lives, but the key asked about is gone or not ours.
-    KeyGone,
 }
 
 /// Below this, what is left before the deadline is not worth a try.
@@ -150,8 +148,8 @@ const LAST_TRY: Duration = Duration::from_millis(10);
 const MIN_TRY: Duration = Duration::from_millis(50);
 
 /// Keeps the lease alive before `deadline` (its holder's local deadline,
-/// past which the Elector no longer waits), and then, where `own_key` names
-/// one, reads that the key (created at the revision given) is still ours.
+/// past which the Elector no longer waits), and then reads whether each of
+/// `keys` (name, create revision) is still ours.
 ///
 /// One member at a time: the one that answered last ([`Members::pick`]).
 /// A try that fails or times out sets its member aside, and the next one
@@ -172,7 +170,7 @@ pub(crate) async fn renew(
     members: &Members,
     settings: &Settings,
     deadline: Instant,
-    own_key: Option<(&str, i64)>,
+    keys: &[(String, i64)],
 ) -> Result<Renewed> {
     let late = deadline <= Instant::now();
     let several = members.len() > 1;
@@ -202,30 +200,29 @@ pub(crate) async fn renew(
             let client = members.client_within(member, bound).await?;
             match keep.keep_alive(&client, member, &this_try).await? {
                 Kept::Expired => Ok::<_, Error>(Renewed::Expired),
-                Kept::Alive { sent_at } => match own_key {
-                    // The read gets as long as the keep-alive had (a slow
-                    // link takes two round trips), within the deadline: a
-                    // member that answered the keep-alive may still hang on
-                    // a linearizable read (a leader cut off from its peers
-                    // renews leases on its own until it steps down).
-                    Some((key, revision)) => {
-                        let read = Settings {
-                            key_prefix: settings.key_prefix.clone(),
-                            route: Route::ThisMember,
-                            request_timeout: match late || !several {
-                                true => bound,
-                                false => deadline
-                                    .saturating_duration_since(Instant::now())
-                                    .min(bound),
-                            },
-                        };
-                        match crate::election::still_ours(&client, key, revision, &read).await? {
-                            true => Ok(Renewed::Alive { sent_at }),
-                            false => Ok(Renewed::KeyGone),
-                        }
-                    }
-                    None => Ok(Renewed::Alive { sent_at }),
-                },
+                Kept::Alive { sent_at } if keys.is_empty() => Ok(Renewed::Alive {
+                    sent_at,
+                    ours: Vec::new(),
+                }),
+                // The read gets as long as the keep-alive had (a slow link
+                // takes two round trips), within the deadline: a member that
+                // answered the keep-alive may still hang on a linearizable
+                // read (a leader cut off from its peers renews leases on its
+                // own until it steps down).
+                Kept::Alive { sent_at } => {
+                    let read = Settings {
+                        key_prefix: settings.key_prefix.clone(),
+                        route: Route::ThisMember,
+                        request_timeout: match late || !several {
+                            true => bound,
+                            false => deadline
+                                .saturating_duration_since(Instant::now())
+                                .min(bound),
+                        },
+                    };
+                    let ours = crate::election::still_ours_all(&client, keys, &read).await?;
+                    Ok(Renewed::Alive { sent_at, ours })
+                }
             }
         };
         let error = match attempt.await {

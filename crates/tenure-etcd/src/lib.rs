@@ -10,8 +10,10 @@
 // runtime (HeartbeatBackend).
 //
 //   lib.rs        EtcdBackend: options, connect, the HeartbeatBackend impl
-//   election.rs   concurrency.Election's recipe: a key per candidate on its
-//                 own lease, the lowest create revision leads
+//   election.rs   concurrency.Election's recipe: a key per candidate, the
+//                 lowest create revision leads
+//   shared.rs     one lease per client and TTL for all its keys, renewed in
+//                 rounds (one keep-alive, one read per 128 keys)
 //   keepalive.rs  one lease kept alive, on a stream opened on demand
 //   members.rs    one client per member for the requests that keep a lease
 //   own.rs        a holder watches its own key (deleted out of band: lost)
@@ -26,22 +28,23 @@ mod granted;
 mod keepalive;
 mod members;
 mod own;
+mod shared;
 mod url;
 mod watch;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
 use futures::stream::BoxStream;
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 pub use etcd_client;
 use granted::EtcdGrant;
-use keepalive::{KeepAlive, Renewed};
 use members::Members;
+use shared::{Attached, Pool, Round};
 use tenure_core::hosted::CleanupOnDrop;
 use tenure_core::on_heartbeat_runtime;
 use tenure_core::{
@@ -49,7 +52,7 @@ use tenure_core::{
     HeartbeatBackend, LeaderEvent, Lease, LeaseHandle, LossReason, LossSignal, Result,
 };
 
-use crate::error::{unary, Route, BACKEND};
+use crate::error::{is_lease_gone, unary, Route, BACKEND};
 
 /// Options for [`EtcdBackend::connect`].
 #[derive(Clone, Debug)]
@@ -174,6 +177,8 @@ pub struct EtcdBackend {
     /// The same members, one client each, for keep-alives (members.rs).
     members: Arc<Members>,
     settings: Arc<Settings>,
+    /// The leases this client's keys share, one per TTL (shared.rs).
+    pool: Arc<Pool>,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -299,14 +304,18 @@ impl EtcdBackend {
     }
 
     fn with_members(client: Client, members: Members, options: EtcdOptions) -> Self {
+        let members = Arc::new(members);
+        let settings = Arc::new(Settings {
+            key_prefix: options.key_prefix,
+            request_timeout: options.request_timeout,
+            route: Route::AnyMember,
+        });
+        let pool = Arc::new(Pool::new(client.clone(), members.clone(), settings.clone()));
         EtcdBackend {
             client,
-            members: Arc::new(members),
-            settings: Arc::new(Settings {
-                key_prefix: options.key_prefix,
-                request_timeout: options.request_timeout,
-                route: Route::AnyMember,
-            }),
+            members,
+            settings,
+            pool,
         }
     }
 
@@ -326,42 +335,62 @@ impl EtcdBackend {
                 return Ok(Acquisition::Held(election::leader_info(&kv)));
             }
         }
-        let ttl_secs = candidacy.ttl().as_secs() as i64;
-        let sent_at = Instant::now();
-        let grant = settings
-            .unary(client, "lease grant", || {
-                let mut leases = client.lease_client();
-                async move { leases.grant(ttl_secs, None).await }
-            })
-            .await?;
-        let lease_id = grant.id();
-        // From here on, leaving (error, or the future dropped) revokes the lease and so our key.
-        let guard = CleanupOnDrop::arm(
-            Candidate {
-                client: client.clone(),
-                lease_id,
-                settings: Arc::new(settings.clone()),
-                ttl: candidacy.ttl(),
-            },
-            |candidate| Box::pin(withdraw(candidate)),
-        );
-        if grant.ttl() != ttl_secs {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "etcd granted {}s for the requested {}s: its minimum lease TTL is higher; use at least {}s",
-                    grant.ttl(),
-                    ttl_secs,
-                    grant.ttl()
-                ),
-            ));
-        }
-        let key = election::candidate_key(&prefix, lease_id);
         let identity = candidacy.identity().as_str();
-        let create_revision =
-            election::create_key(client, &key, identity, lease_id, settings).await?;
-        let mut keep_alive = KeepAlive::new(lease_id);
-        let mut valid_from = sent_at;
+        let call_start = Instant::now();
+        // Our key, on this client's lease of our TTL (shared.rs): granted
+        // now, or shared with its other candidacies and then kept alive by
+        // a keep-alive sent alongside the create, so that our deadline
+        // counts from a send within this call. A shared lease that expired
+        // unnoticed refuses the key: once more, on a new one.
+        let mut tries = 0;
+        let (mut guard, key, create_revision, mut valid_from) = loop {
+            tries += 1;
+            let (attached, granted_at) = self.pool.attach(candidacy.ttl()).await?;
+            let lease_id = attached.id();
+            let key = attached.key_name(&prefix);
+            // From here on, leaving (error, or the future dropped) deletes
+            // our key, and revokes the lease if nobody else uses it.
+            let mut guard = CleanupOnDrop::arm(
+                Candidate {
+                    client: client.clone(),
+                    key: key.clone(),
+                    create_revision: None,
+                    settings: Arc::new(settings.clone()),
+                    ttl: candidacy.ttl(),
+                    attached,
+                },
+                |candidate| Box::pin(withdraw(candidate)),
+            );
+            let create = election::create_key(client, &key, identity, lease_id, settings);
+            let (created, alive) = match granted_at {
+                Some(sent_at) => (create.await, Ok(Round::Alive { sent_at })),
+                None => {
+                    let deadline = candidacy.deadline_from(call_start);
+                    let attached = &guard.state_mut().attached;
+                    tokio::join!(create, attached.renew(None, deadline))
+                }
+            };
+            let create_revision = match created {
+                Ok(revision) => revision,
+                Err(e) if is_lease_gone(&e) && tries == 1 => {
+                    guard.state_mut().attached.expired();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            guard.state_mut().create_revision = Some(create_revision);
+            match alive? {
+                Round::Alive { sent_at } => break (guard, key, create_revision, sent_at),
+                Round::Expired | Round::KeyGone if tries == 1 => continue,
+                Round::Expired | Round::KeyGone => {
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        "this client's lease expired as our key was put on it",
+                    ))
+                }
+            }
+        };
+        debug_assert!(valid_from >= call_start);
         let period = candidacy.ttl() / 3;
         // A waiter's reads are looks, tried again at once: one that hangs
         // (on a member cut off from its peers, whose reads wait for a
@@ -413,14 +442,8 @@ impl EtcdBackend {
                     tracing::debug!(error = %e, "reading our place in line failed; reading again");
                     tokio::time::sleep(RETRY_PAUSE).await;
                     if Instant::now() >= valid_from + period {
-                        keep_waiting(
-                            members,
-                            settings,
-                            candidacy,
-                            &mut keep_alive,
-                            &mut valid_from,
-                        )
-                        .await?;
+                        keep_waiting(&guard.state_mut().attached, candidacy, &mut valid_from)
+                            .await?;
                     }
                     continue;
                 }
@@ -478,7 +501,7 @@ impl EtcdBackend {
                         break;
                     }
                     _ = tokio::time::sleep_until(valid_from + period) => {
-                        keep_waiting(members, settings, candidacy, &mut keep_alive, &mut valid_from).await?;
+                        keep_waiting(&guard.state_mut().attached, candidacy, &mut valid_from).await?;
                     }
                     _ = tokio::time::sleep_until(next_look), if leads => {
                         next_look = Instant::now() + look_every;
@@ -504,7 +527,7 @@ impl EtcdBackend {
                 }
             }
         }
-        guard.disarm();
+        let candidate = guard.disarm();
         let signal = LossSignal::new();
         let own_key = own::watch(
             client.clone(),
@@ -514,10 +537,16 @@ impl EtcdBackend {
             signal.clone(),
         );
         let handle = EtcdGrant {
-            lease_id,
-            key,
-            create_revision,
-            keep_alive: Mutex::new(keep_alive),
+            held: Held {
+                client: client.clone(),
+                key,
+                create_revision,
+                settings: settings.clone(),
+                ttl: candidacy.ttl(),
+                released: AtomicBool::new(false),
+                valid_until: std::sync::Mutex::new(candidacy.deadline_from(valid_from)),
+                attached: Some(candidate.attached),
+            },
             _own_key: own_key,
         };
         let token = Some(FencingToken::new(create_revision as u64));
@@ -565,23 +594,28 @@ async fn look_at(
 /// again (the next try may reach another member).
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
-/// One keep-alive of a waiting candidate's lease: renewed, it counts from
-/// `valid_from` (updated); after a retryable failure with time left to try
-/// again, it returns after a pause; else the error.
+/// Keeps a waiting candidate's lease alive: where another candidacy's
+/// renewal kept it alive since `valid_from`, our key lives from that send on
+/// too; else one keep-alive. Renewed, `valid_from` moves up; after a
+/// retryable failure with time left to try again, it returns after a pause;
+/// else the error.
 async fn keep_waiting(
-    members: &Members,
-    settings: &Settings,
+    attached: &Attached,
     candidacy: &Candidacy,
-    keep_alive: &mut KeepAlive,
     valid_from: &mut Instant,
 ) -> Result<()> {
+    let since = attached.alive_since();
+    if since > *valid_from {
+        *valid_from = since;
+        return Ok(());
+    }
     let deadline = candidacy.deadline_from(*valid_from);
-    match keepalive::renew(keep_alive, members, settings, deadline, None).await {
-        Ok(Renewed::Alive { sent_at }) => {
-            *valid_from = sent_at;
+    match attached.renew(None, deadline).await {
+        Ok(Round::Alive { sent_at }) => {
+            *valid_from = (*valid_from).max(sent_at);
             Ok(())
         }
-        Ok(Renewed::Expired | Renewed::KeyGone) => Err(Error::unavailable(
+        Ok(Round::Expired | Round::KeyGone) => Err(Error::unavailable(
             BACKEND,
             "our candidate lease expired while waiting",
         )),
@@ -608,6 +642,8 @@ impl HeartbeatBackend for EtcdBackend {
         caps.expiry_slack = Duration::from_millis(600);
         // Each holder watches its own key (own.rs).
         caps.holder_watches_own_record = true;
+        // A client's keys share a lease, renewed in rounds (shared.rs).
+        caps.renewals_batched = true;
         caps
     }
 
@@ -616,32 +652,45 @@ impl HeartbeatBackend for EtcdBackend {
     }
 
     async fn renew(&self, lease: Lease, state: &EtcdGrant) -> Result<Lease> {
-        let settings = self.settings.for_ttl(lease.ttl());
+        let held = &state.held;
+        if held.released.load(Ordering::SeqCst) {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                LossReason::Resigned,
+            ));
+        }
+        let Some(attached) = &held.attached else {
+            return Err(Error::lease_lost(
+                lease.key().as_str(),
+                LossReason::Resigned,
+            ));
+        };
         // The lease lives, and then our key too: someone may have deleted
         // it, and a keep-alive racing a revoke may be answered as a success
         // (etcd#20547).
-        let renewed = keepalive::renew(
-            &mut *state.keep_alive.lock().await,
-            &self.members,
-            &settings,
-            lease.valid_until(),
-            Some((&state.key, state.create_revision)),
-        )
-        .await?;
-        match renewed {
-            Renewed::Alive { sent_at } => Ok(lease.renewed(sent_at, lease.handle().clone())),
+        let key = Some((held.key.clone(), held.create_revision));
+        match attached.renew(key, lease.valid_until()).await? {
+            Round::Alive { sent_at } => {
+                let renewed = lease.renewed(sent_at, lease.handle().clone());
+                let mut until = held.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+                *until = (*until).max(renewed.valid_until());
+                Ok(renewed)
+            }
             // The keep-alive answered TTL <= 0: etcd expired or revoked the lease.
-            Renewed::Expired => Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked)),
+            Round::Expired => Err(Error::lease_lost(lease.key().as_str(), LossReason::Revoked)),
             // Our key is gone, or was recreated with another create revision.
-            Renewed::KeyGone => Err(Error::lease_lost(lease.key().as_str(), LossReason::Deleted)),
+            Round::KeyGone => Err(Error::lease_lost(lease.key().as_str(), LossReason::Deleted)),
         }
     }
 
     async fn release(&self, lease: Lease, state: &EtcdGrant) -> Result<()> {
+        let held = &state.held;
         let settings = self.settings.for_ttl(lease.ttl());
-        election::delete_if_ours(&self.client, &state.key, state.create_revision, &settings)
-            .await?;
-        keepalive::revoke(&self.client, state.lease_id, &settings).await
+        election::delete_if_ours(&self.client, &held.key, held.create_revision, &settings).await?;
+        // Our key is gone: nothing is left to delete when the handle goes,
+        // and the lease is revoked then if nobody else uses it.
+        held.released.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
@@ -650,54 +699,101 @@ impl HeartbeatBackend for EtcdBackend {
     }
 }
 
-/// A queued candidacy, withdrawn by revoking its lease (and so deleting its
-/// key) if its campaign fails or is dropped before it leads.
+/// A queued candidacy, withdrawn by deleting its key if its campaign fails
+/// or is dropped before it leads; its use of the shared lease ends after.
 ///
-/// The revoke is retried until it lands or the lease must have expired by
-/// itself (one TTL after the drop: nobody keeps it alive any more), as the
-/// ZooKeeper backend's withdrawal is: a key left behind would sit in the
-/// queue, and the candidate after it would wait out the TTL for a ghost.
+/// The delete is retried until it lands or one TTL has passed (as the
+/// ZooKeeper backend's withdrawal is): a key left behind would sit in the
+/// queue, kept alive by the client's other candidacies, and the candidate
+/// after it would wait for a ghost. A key whose create was never answered
+/// may still be created after its delete: the lease's renewal rounds delete
+/// it again for a while ([`Attached::sweep_later`]); the lease's last use
+/// revokes it, which takes every key on it.
 struct Candidate {
     client: Client,
-    lease_id: i64,
+    key: String,
+    /// Set once the create was answered.
+    create_revision: Option<i64>,
     settings: Arc<Settings>,
     ttl: Duration,
+    attached: Attached,
 }
 
-/// Revokes a withdrawn candidate's lease, retrying transient failures until
-/// the lease is gone (revoked, or expired one TTL from now).
 async fn withdraw(candidate: Candidate) {
     let Candidate {
         client,
-        lease_id,
+        key,
+        create_revision,
         settings,
         ttl,
+        attached,
     } = candidate;
-    let give_up = Instant::now() + ttl;
-    let mut pause = Duration::from_millis(50);
-    let mut attempts = 1u32;
-    loop {
-        match keepalive::revoke(&client, lease_id, &settings).await {
-            Ok(()) => {
-                if attempts > 1 {
-                    tracing::info!(
-                        lease_id,
-                        attempts,
-                        "a candidacy's withdrawal landed after retries"
-                    );
-                }
-                return;
-            }
-            Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
-                tracing::debug!(lease_id, %error, attempts, retry_in = ?pause, "withdrawing a candidacy failed; retrying");
-            }
-            Err(error) => {
-                tracing::warn!(lease_id, %error, attempts, "could not withdraw a candidacy; its lease will expire");
-                return;
-            }
+    // Deleted even where this looks like the lease's last use: another
+    // candidacy of the client may take the lease up meanwhile.
+    delete_until_gone(&client, &key, create_revision, &settings, ttl).await;
+    if create_revision.is_none() {
+        attached.sweep_later(key);
+    }
+    // The last use revokes the lease, and every key on it with it.
+    drop(attached);
+}
+
+/// Deletes a candidacy's key (only if it still has `create_revision`,
+/// where known), retrying transient failures for up to `ttl`.
+async fn delete_until_gone(
+    client: &Client,
+    key: &str,
+    create_revision: Option<i64>,
+    settings: &Settings,
+    ttl: Duration,
+) {
+    shared::retry_until(Instant::now() + ttl, "delete a candidate key", || async {
+        match create_revision {
+            Some(revision) => election::delete_if_ours(client, key, revision, settings).await,
+            None => election::delete_by_name(client, key, settings).await,
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-        attempts += 1;
+    })
+    .await;
+}
+
+/// A granted key and its use of the shared lease.
+///
+/// Dropped (the lease's last handle gone) without a release, its holder
+/// stopped renewing: it crashed as far as anyone can tell, or its term was
+/// lost or given up. Its key may not go before the term's deadline (the
+/// holder may have believed it led until then), but must go after it: the
+/// shared lease, kept alive for the client's other candidacies, would keep
+/// the key, and the election, held by nobody. So the key is deleted (if
+/// still ours) at the deadline, and only then is the lease given up, whose
+/// last use revokes it.
+struct Held {
+    client: Client,
+    key: String,
+    create_revision: i64,
+    settings: Settings,
+    ttl: Duration,
+    released: AtomicBool,
+    /// The latest deadline any renewal of this term gave.
+    valid_until: std::sync::Mutex<Instant>,
+    attached: Option<Attached>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(attached) = self.attached.take() else {
+            return;
+        };
+        if self.released.load(Ordering::SeqCst) {
+            drop(attached);
+            return;
+        }
+        let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        let (client, key, revision) = (self.client.clone(), self.key.clone(), self.create_revision);
+        let (settings, ttl) = (self.settings.clone(), self.ttl);
+        tenure_core::hosted::spawn_cleanup(async move {
+            tokio::time::sleep_until(until).await;
+            delete_until_gone(&client, &key, Some(revision), &settings, ttl).await;
+            drop(attached);
+        });
     }
 }

@@ -1,0 +1,458 @@
+//! One lease per client and TTL, shared by the keys of all its candidacies,
+//! as etcd's `concurrency.Session` shares one lease among its elections.
+//!
+//! A thousand leaderships on one client then cost one keep-alive per
+//! renewal interval, and one read per 128 keys to learn that each key is
+//! still ours (etcd's default `--max-txn-ops`), instead of a keep-alive and
+//! a read per key. The Elector renews the terms of a backend that batches
+//! on one grid (`Capabilities::renewals_batched`); renewals that arrive
+//! within [`GATHER`] of each other go out as one round.
+//!
+//! What sharing means:
+//! - each renewal still counts from the send of a keep-alive sent after it
+//!   was asked for (a round not yet sent is joined, one under way is not);
+//! - the lease expiring or revoked (`etcdctl lease revoke`) ends every term
+//!   on it, and every waiting candidacy;
+//! - one key deleted out of band ends only its own term;
+//! - a candidacy that ends (released, withdrawn, or its lease handle
+//!   dropped after a loss) deletes its own key, since the lease lives on
+//!   for the others; the last one to go revokes the lease.
+//!
+//! A candidacy withdrawn while its create request was unanswered cannot
+//! know whether the create will still land. Its key is deleted at once and
+//! again by each round for [`SWEEP_FOR`] after (the shared lease would keep
+//! such a ghost alive), unless it was the lease's last user, whose revoke
+//! takes everything with it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, Txn, TxnOp};
+use tenure_core::hosted::spawn_cleanup;
+use tenure_core::{Error, Result};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::BACKEND;
+use crate::keepalive::{self, KeepAlive, Renewed};
+use crate::members::Members;
+use crate::Settings;
+
+/// How long the first renewal of a round waits for others to join it,
+/// where its lease has other users.
+const GATHER: Duration = Duration::from_millis(1);
+
+/// How long a key whose create may still land after its withdrawal is
+/// deleted again by each round.
+const SWEEP_FOR: Duration = Duration::from_secs(60);
+
+/// Every shared lease of one client: one per TTL.
+pub(crate) struct Pool {
+    client: Client,
+    members: Arc<Members>,
+    settings: Arc<Settings>,
+    leases: Mutex<HashMap<u64, Arc<Shared>>>,
+    /// Held while a lease is granted, so that candidacies starting together
+    /// share the one granted.
+    granting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let leases = self.leases.lock().map_or(0, |l| l.len());
+        f.debug_struct("Pool")
+            .field("leases", &leases)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One shared lease.
+pub(crate) struct Shared {
+    pub(crate) id: i64,
+    ttl: Duration,
+    /// Candidacies attached (each holds an [`Attached`]); changed only under
+    /// the pool's lock, so that the last one out and a newcomer never pass.
+    users: AtomicUsize,
+    /// The next key name's number (the first key is the lease id alone).
+    names: AtomicU64,
+    /// Set once a keep-alive found the lease gone.
+    dead: AtomicBool,
+    keep_alive: tokio::sync::Mutex<KeepAlive>,
+    /// The send of the latest keep-alive (or the grant) answered alive.
+    alive_since: Mutex<Instant>,
+    /// The round being gathered, if any.
+    open: Mutex<Option<Vec<Waiting>>>,
+    /// Keys withdrawn while their create was unanswered, and until when
+    /// each is deleted again.
+    sweep: Mutex<Vec<(String, Instant)>>,
+}
+
+/// A renewal waiting for its round.
+struct Waiting {
+    /// The key to check (name, create revision), if any.
+    key: Option<(String, i64)>,
+    deadline: Instant,
+    answer: oneshot::Sender<Result<Round>>,
+}
+
+/// What a round told one renewal.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Round {
+    /// The lease lives, and the key asked about (if any) is still ours; its
+    /// deadline may count from `sent_at`.
+    Alive { sent_at: Instant },
+    /// The lease is gone on the server.
+    Expired,
+    /// The lease lives, but the key asked about is gone or not ours.
+    KeyGone,
+}
+
+/// A candidacy's use of a shared lease; the last one dropped revokes it.
+pub(crate) struct Attached {
+    pool: Arc<Pool>,
+    lease: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attached")
+            .field("lease_id", &self.lease.id)
+            .finish()
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(client: Client, members: Arc<Members>, settings: Arc<Settings>) -> Self {
+        Pool {
+            client,
+            members,
+            settings,
+            leases: Mutex::new(HashMap::new()),
+            granting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn leases(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Shared>>> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A use of the live lease of `ttl`, granted first if there is none;
+    /// with the send of the grant if this call made it.
+    pub(crate) async fn attach(
+        self: &Arc<Self>,
+        ttl: Duration,
+    ) -> Result<(Attached, Option<Instant>)> {
+        let secs = ttl.as_secs();
+        if let Some(attached) = self.live(secs) {
+            return Ok((attached, None));
+        }
+        let _granting = self.granting.lock().await;
+        if let Some(attached) = self.live(secs) {
+            return Ok((attached, None));
+        }
+        let settings = self.settings.for_ttl(ttl);
+        let ttl_secs = secs as i64;
+        let sent_at = Instant::now();
+        let client = &self.client;
+        let grant = settings
+            .unary(client, "lease grant", || {
+                let mut leases = client.lease_client();
+                async move { leases.grant(ttl_secs, None).await }
+            })
+            .await?;
+        if grant.ttl() != ttl_secs {
+            let (client, id) = (client.clone(), grant.id());
+            spawn_cleanup(async move { revoke_until_gone(client, id, settings, ttl).await });
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "etcd granted {}s for the requested {}s: its minimum lease TTL is higher; use at least {}s",
+                    grant.ttl(),
+                    ttl_secs,
+                    grant.ttl()
+                ),
+            ));
+        }
+        let lease = Arc::new(Shared {
+            id: grant.id(),
+            ttl,
+            users: AtomicUsize::new(1),
+            names: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+            keep_alive: tokio::sync::Mutex::new(KeepAlive::new(grant.id())),
+            alive_since: Mutex::new(sent_at),
+            open: Mutex::new(None),
+            sweep: Mutex::new(Vec::new()),
+        });
+        self.leases().insert(secs, lease.clone());
+        let attached = Attached {
+            pool: self.clone(),
+            lease,
+        };
+        Ok((attached, Some(sent_at)))
+    }
+
+    fn live(self: &Arc<Self>, secs: u64) -> Option<Attached> {
+        let leases = self.leases();
+        let lease = leases.get(&secs)?;
+        if lease.dead.load(Ordering::SeqCst) {
+            return None;
+        }
+        lease.users.fetch_add(1, Ordering::SeqCst);
+        Some(Attached {
+            pool: self.clone(),
+            lease: lease.clone(),
+        })
+    }
+
+    /// Takes `lease` out of the pool (gone on the server): new candidacies
+    /// get a new one.
+    fn forget(&self, lease: &Arc<Shared>) {
+        lease.dead.store(true, Ordering::SeqCst);
+        let mut leases = self.leases();
+        let secs = lease.ttl.as_secs();
+        if leases.get(&secs).is_some_and(|l| Arc::ptr_eq(l, lease)) {
+            leases.remove(&secs);
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let last = {
+            let mut leases = self.pool.leases();
+            let last = self.lease.users.fetch_sub(1, Ordering::SeqCst) == 1;
+            let secs = self.lease.ttl.as_secs();
+            if last
+                && leases
+                    .get(&secs)
+                    .is_some_and(|l| Arc::ptr_eq(l, &self.lease))
+            {
+                leases.remove(&secs);
+            }
+            last
+        };
+        if last && !self.lease.dead.swap(true, Ordering::SeqCst) {
+            let (client, id, ttl) = (self.pool.client.clone(), self.lease.id, self.lease.ttl);
+            let settings = self.pool.settings.for_ttl(ttl);
+            spawn_cleanup(async move { revoke_until_gone(client, id, settings, ttl).await });
+        }
+    }
+}
+
+impl Attached {
+    pub(crate) fn id(&self) -> i64 {
+        self.lease.id
+    }
+
+    /// Whether other candidacies use this lease too.
+    pub(crate) fn shared(&self) -> bool {
+        self.lease.users.load(Ordering::SeqCst) > 1
+    }
+
+    /// A key name under `prefix` that no other candidacy of this lease has
+    /// had or will have: the lease id in hex (as `concurrency.Election`
+    /// names its key) for the first, then `<lease id>-<n>`.
+    pub(crate) fn key_name(&self, prefix: &str) -> String {
+        match self.lease.names.fetch_add(1, Ordering::SeqCst) {
+            0 => format!("{prefix}{:x}", self.lease.id),
+            n => format!("{prefix}{:x}-{n:x}", self.lease.id),
+        }
+    }
+
+    /// The send of the lease's latest keep-alive (or its grant) that was
+    /// answered alive: every key on it lives at least a TTL from then.
+    pub(crate) fn alive_since(&self) -> Instant {
+        *self
+            .lease
+            .alive_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lease was found gone (a key could not be put on it): new
+    /// candidacies of this client get a new one.
+    pub(crate) fn expired(&self) {
+        self.pool.forget(&self.lease);
+    }
+
+    /// Deletes `key` again in each round for a while: its create may land
+    /// after its withdrawal. Not needed once the lease is revoked, which
+    /// the last user's detach does.
+    pub(crate) fn sweep_later(&self, key: String) {
+        if self.shared() && !self.lease.dead.load(Ordering::SeqCst) {
+            self.lease
+                .sweep
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((key, Instant::now() + SWEEP_FOR));
+        }
+    }
+
+    /// Keeps the lease alive with a keep-alive sent after this call, and
+    /// checks `key` (name, create revision) is still ours after it, in one
+    /// round with the renewals of this lease's other candidacies asked for
+    /// within [`GATHER`]. `deadline` bounds the tries as in
+    /// [`keepalive::renew`].
+    pub(crate) async fn renew(
+        &self,
+        key: Option<(String, i64)>,
+        deadline: Instant,
+    ) -> Result<Round> {
+        let (answer, answered) = oneshot::channel();
+        let first = {
+            let mut open = self.lease.open.lock().unwrap_or_else(|e| e.into_inner());
+            let waiting = Waiting {
+                key,
+                deadline,
+                answer,
+            };
+            match open.as_mut() {
+                Some(round) => {
+                    round.push(waiting);
+                    false
+                }
+                None => {
+                    *open = Some(vec![waiting]);
+                    true
+                }
+            }
+        };
+        if first {
+            // A task of its own: a renewal cancelled midway (its term
+            // resigned, its caller gone) neither takes the others' with it
+            // nor leaves an answer on the stream for the next one.
+            let (pool, lease) = (self.pool.clone(), self.lease.clone());
+            let gather = self.shared();
+            tokio::spawn(async move {
+                if gather {
+                    tokio::time::sleep(GATHER).await;
+                }
+                let round = lease
+                    .open
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .unwrap_or_default();
+                run(&pool, &lease, round).await;
+            });
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(Error::unavailable(
+                BACKEND,
+                "a renewal round ended unanswered",
+            ))
+        })
+    }
+}
+
+/// One round: a keep-alive, then reads of the keys asked about, answered to
+/// each renewal of the round.
+async fn run(pool: &Pool, lease: &Arc<Shared>, round: Vec<Waiting>) {
+    let Some(deadline) = round.iter().map(|w| w.deadline).max() else {
+        return;
+    };
+    let settings = pool.settings.for_ttl(lease.ttl);
+    let keys: Vec<(String, i64)> = round.iter().filter_map(|w| w.key.clone()).collect();
+    let renewed = {
+        let mut keep = lease.keep_alive.lock().await;
+        keepalive::renew(&mut keep, &pool.members, &settings, deadline, &keys).await
+    };
+    let mut ours = Vec::new();
+    let outcome = match renewed {
+        Ok(Renewed::Alive {
+            sent_at,
+            ours: read,
+        }) => {
+            let mut since = lease.alive_since.lock().unwrap_or_else(|e| e.into_inner());
+            *since = (*since).max(sent_at);
+            ours = read;
+            Ok(Round::Alive { sent_at })
+        }
+        Ok(Renewed::Expired) => {
+            pool.forget(lease);
+            Ok(Round::Expired)
+        }
+        Err(error) => Err(error),
+    };
+    let mut ours = ours.into_iter();
+    for waiting in round {
+        let answer = match &outcome {
+            Ok(Round::Alive { sent_at }) => match waiting.key {
+                Some(_) if !ours.next().unwrap_or(false) => Ok(Round::KeyGone),
+                _ => Ok(Round::Alive { sent_at: *sent_at }),
+            },
+            Ok(other) => Ok(*other),
+            Err(error) => Err(error.duplicate()),
+        };
+        let _ = waiting.answer.send(answer);
+    }
+    if matches!(outcome, Ok(Round::Alive { .. })) {
+        sweep(pool, lease, &settings).await;
+    }
+}
+
+/// Deletes the keys withdrawn while their create was unanswered, in case
+/// the create landed since; forgets those past their time.
+async fn sweep(pool: &Pool, lease: &Shared, settings: &Settings) {
+    let names: Vec<String> = {
+        let mut sweep = lease.sweep.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        sweep.retain(|(_, until)| *until > now);
+        sweep.iter().map(|(name, _)| name.clone()).collect()
+    };
+    for chunk in names.chunks(crate::election::MAX_TXN_OPS) {
+        let txn = Txn::new().and_then(
+            chunk
+                .iter()
+                .map(|name| TxnOp::delete(name.as_str(), None))
+                .collect::<Vec<_>>(),
+        );
+        if let Err(error) = settings.txn(&pool.client, &txn).await {
+            tracing::debug!(%error, "deleting withdrawn keys again failed; the next round tries");
+            return;
+        }
+    }
+}
+
+/// Revokes a lease, retrying transient failures until it lands or the lease
+/// must have expired by itself (one TTL from now: nobody keeps it alive).
+pub(crate) async fn revoke_until_gone(client: Client, id: i64, settings: Settings, ttl: Duration) {
+    retry_until(Instant::now() + ttl, "revoke a lease", || {
+        keepalive::revoke(&client, id, &settings)
+    })
+    .await;
+}
+
+/// Runs `op` until it succeeds, a failure is not worth retrying, or
+/// `give_up` comes; pausing 50 ms, doubling to 1 s, between tries.
+pub(crate) async fn retry_until<F, Fut>(give_up: Instant, what: &'static str, mut op: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut pause = Duration::from_millis(50);
+    let mut attempts = 1u32;
+    loop {
+        match op().await {
+            Ok(()) => {
+                if attempts > 1 {
+                    tracing::info!(what, attempts, "landed after retries");
+                }
+                return;
+            }
+            Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+                tracing::debug!(what, %error, attempts, retry_in = ?pause, "failed; retrying");
+            }
+            Err(error) => {
+                tracing::warn!(what, %error, attempts, "gave up");
+                return;
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+        attempts += 1;
+    }
+}

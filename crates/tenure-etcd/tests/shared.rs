@@ -1,0 +1,239 @@
+//! One lease per client and TTL, shared by the keys of all its candidacies
+//! (as etcd's `concurrency.Session` shares one), renewed in rounds.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{candidacy, client, etcd, hold, keys, wait_for_grant, TTL};
+use tenure_core::{Error, LeaseBackend, LossReason};
+use tenure_etcd::etcd_client::GetOptions;
+use tenure_etcd::EtcdBackend;
+use tenure_testkit::harness::{wait_for, Cluster};
+
+/// The lease each key under `prefix` is on.
+async fn leases_of(backend: &EtcdBackend, prefix: &str) -> Vec<i64> {
+    let answer = backend
+        .client()
+        .kv_client()
+        .get(prefix, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    answer.kvs().iter().map(|kv| kv.lease()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_keys_of_one_client_share_one_lease() {
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let first = hold(&a, "share/x", "a").await;
+    let mut second = hold(&a, "share/y", "a").await;
+    let (x, y) = (
+        leases_of(&a, "share/x/").await,
+        leases_of(&a, "share/y/").await,
+    );
+    assert_eq!(x.len(), 1);
+    assert_eq!(x, y, "two keys of one client on two leases");
+    a.release(&first).await.unwrap();
+    // The lease lives on for the other key.
+    // (Assigned, so that the old value and its handle go.)
+    second = a.renew(&second).await.expect("the other term goes on");
+    assert_eq!(leases_of(&a, "share/y/").await, y);
+    a.release(&second).await.unwrap();
+    // The last key released and its handles gone, the lease is revoked.
+    drop((first, second));
+    let id = y[0];
+    wait_for("the lease revoked", TTL / 2, || {
+        let a = a.clone();
+        async move {
+            let live = a.client().lease_client().leases().await.unwrap();
+            live.leases().iter().all(|l| l.id() != id).then_some(())
+        }
+    })
+    .await
+    .expect("the lease outlived its last key");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_deleted_out_of_band_ends_only_its_own_term() {
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let x = hold(&a, "alone/x", "a").await;
+    let y = hold(&a, "alone/y", "a").await;
+    let (key, _, _) = keys(&a, "alone/x/").await.remove(0);
+    a.client().kv_client().delete(key, None).await.unwrap();
+    assert!(matches!(
+        a.renew(&x).await,
+        Err(Error::LeaseLost {
+            reason: LossReason::Deleted,
+            ..
+        })
+    ));
+    let y = a.renew(&y).await.expect("the other term goes on");
+    assert!(y.is_valid());
+    assert_eq!(keys(&a, "alone/y/").await.len(), 1);
+    a.release(&y).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shared_lease_revoked_out_of_band_ends_every_term_of_the_client() {
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let x = hold(&a, "revoked/x", "a").await;
+    let y = hold(&a, "revoked/y", "a").await;
+    let lease = leases_of(&a, "revoked/x/").await[0];
+    a.client().lease_client().revoke(lease).await.unwrap();
+    for term in [&x, &y] {
+        assert!(matches!(a.renew(term).await, Err(Error::LeaseLost { .. })));
+    }
+    // A new candidacy of the same client gets a new lease.
+    let z = hold(&a, "revoked/z", "a").await;
+    assert_ne!(leases_of(&a, "revoked/z/").await, vec![lease]);
+    a.release(&z).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_term_dropped_unreleased_deletes_its_key_at_its_deadline_though_the_lease_lives_on() {
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let mut kept = hold(&a, "dropped-term/kept", "a").await;
+    // A term dropped without a release (its holder crashed, or gave it up
+    // at its deadline): its key must not go before the term's deadline,
+    // nor stay after it, kept alive by the client's other term.
+    let lost = hold(&a, "dropped-term/lost", "a").await;
+    let deadline = lost.valid_until();
+    drop(lost);
+    tokio::time::sleep(TTL / 3).await;
+    kept = a.renew(&kept).await.expect("the other term goes on");
+    tokio::time::sleep_until(deadline - Duration::from_millis(200)).await;
+    assert_eq!(
+        keys(&a, "dropped-term/lost/").await.len(),
+        1,
+        "the dropped term's key went before its deadline"
+    );
+    kept = a.renew(&kept).await.expect("the other term goes on");
+    wait_for(
+        "the dropped term's key deleted",
+        Duration::from_secs(1),
+        || {
+            let a = a.clone();
+            async move {
+                keys(&a, "dropped-term/lost/")
+                    .await
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await
+    .expect("the dropped term's key outlived its deadline");
+    let kept = a.renew(&kept).await.expect("the other term goes on");
+    a.release(&kept).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_candidacies_of_one_client_queue_on_one_election() {
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let first = hold(&a, "twice", "a-1").await;
+    let waiting = wait_for_grant(&a, candidacy("twice", "a-2"));
+    wait_for("the second candidacy queued", TTL, || {
+        let a = a.clone();
+        async move { (keys(&a, "twice/").await.len() == 2).then_some(()) }
+    })
+    .await
+    .unwrap();
+    let names: Vec<String> = keys(&a, "twice/").await.into_iter().map(|k| k.0).collect();
+    assert_ne!(names[0], names[1]);
+    a.release(&first).await.unwrap();
+    let (outcome, _) = waiting.await.unwrap();
+    let second = outcome.unwrap().granted().expect("a-2 leads");
+    assert_eq!(second.holder().as_str(), "a-2");
+    assert!(second.token() > first.token());
+    a.release(&second).await.unwrap();
+}
+
+/// Every gRPC message the cluster's clients sent, keep-alives included.
+async fn messages(cluster: &Cluster) -> u64 {
+    let stats = cluster.stats_total().await.expect("etcd's metrics");
+    stats
+        .counters
+        .iter()
+        .filter(|(series, _)| {
+            series.starts_with("grpc_server_msg_received_total{")
+                && !series.contains("grpc_service=\"etcdserverpb.Maintenance\"")
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_renewals_of_many_leaderships_on_one_client_go_out_together() {
+    const KEYS: usize = 20;
+    let cluster = etcd().await;
+    let backend = client(&cluster).await;
+    let mut held = Vec::new();
+    for i in 0..KEYS {
+        let elector = tenure_core::Elector::builder(backend.clone())
+            .key(format!("many-{i}"))
+            .identity("a")
+            .ttl(TTL)
+            .build()
+            .unwrap();
+        let leadership = elector.campaign().await.unwrap();
+        held.push((elector, leadership));
+    }
+    // A renewal interval or two for every term to reach the grid.
+    tokio::time::sleep(TTL).await;
+    let before = messages(&cluster).await;
+    let window = TTL * 2;
+    tokio::time::sleep(window).await;
+    let sent = messages(&cluster).await - before;
+    // Renewing alone, every lease would renew at least every TTL/3, with a
+    // keep-alive and a read each time.
+    let alone = KEYS as u64 * 2 * (window.as_millis() / (TTL / 3).as_millis()) as u64;
+    eprintln!("{sent} requests in {window:?} from {KEYS} leaderships (alone: at least {alone})");
+    assert!(
+        sent * 4 < alone,
+        "{sent} requests reached etcd in {window:?} from {KEYS} leaderships on one client; \
+         renewing alone they would send at least {alone}"
+    );
+    for (elector, leadership) in &held {
+        assert!(
+            leadership.is_valid(),
+            "{} lost its term",
+            elector.candidacy().key()
+        );
+    }
+    for (elector, leadership) in held {
+        leadership.resign().await.unwrap();
+        elector.shutdown().await;
+    }
+    assert!(keys(&backend, "many-").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_campaign_on_a_shared_lease_leaves_no_key_behind() {
+    let cluster = etcd().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let held = hold(&a, "dropped-shared", "a").await;
+    // b holds another election, so its lease lives on after the drop.
+    let other = hold(&b, "dropped-shared-other", "b").await;
+    let attempt = wait_for_grant(&b, candidacy("dropped-shared", "b"));
+    wait_for("b queued", TTL, || {
+        let a = a.clone();
+        async move { (keys(&a, "dropped-shared/").await.len() == 2).then_some(()) }
+    })
+    .await
+    .unwrap();
+    attempt.abort();
+    wait_for("b's key withdrawn", Duration::from_secs(1), || {
+        let a = a.clone();
+        async move { (keys(&a, "dropped-shared/").await.len() == 1).then_some(()) }
+    })
+    .await
+    .unwrap();
+    let other = b.renew(&other).await.expect("b's other term goes on");
+    a.release(&held).await.unwrap();
+    b.release(&other).await.unwrap();
+}
