@@ -173,7 +173,9 @@ impl Settings {
 /// of elections. Fencing token: the leader key's create revision.
 #[derive(Clone)]
 pub struct EtcdBackend {
-    client: Client,
+    /// Behind an `Arc`: tenure's layers take a copy of the backend for
+    /// every operation, and a `Client` is a dozen service clients.
+    client: Arc<Client>,
     /// The same members, one client each, for keep-alives (members.rs).
     members: Arc<Members>,
     settings: Arc<Settings>,
@@ -312,7 +314,7 @@ impl EtcdBackend {
         });
         let pool = Arc::new(Pool::new(client.clone(), members.clone(), settings.clone()));
         EtcdBackend {
-            client,
+            client: Arc::new(client),
             members,
             settings,
             pool,
@@ -326,7 +328,7 @@ impl EtcdBackend {
 
     async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         let settings = Arc::new(self.settings.for_ttl(candidacy.ttl()));
-        let (client, settings) = (&self.client, &*settings);
+        let (client, settings): (&Client, _) = (&self.client, &*settings);
         let members = &*self.members;
         let prefix = election::election_prefix(settings, candidacy.key().as_str());
         if mode == AcquireMode::Once {
