@@ -16,7 +16,8 @@
 //                 rounds (one keep-alive, one read per 128 keys)
 //   keepalive.rs  one lease kept alive, on a stream opened on demand
 //   members.rs    one client per member for the requests that keep a lease
-//   own.rs        a holder watches its own key (deleted out of band: lost)
+//   own.rs        a holder watches its own key (deleted out of band: lost),
+//                 every holder of a client on one watch stream
 //   watch.rs      leader observations: a prefix watch, re-read per change
 //   granted.rs    what a granted lease carries (EtcdGrant)
 //   error.rs      etcd-client errors as tenure's, retryable or not
@@ -181,6 +182,8 @@ pub struct EtcdBackend {
     settings: Arc<Settings>,
     /// The leases this client's keys share, one per TTL (shared.rs).
     pool: Arc<Pool>,
+    /// The watch of every holder's own key (own.rs).
+    own_keys: Arc<own::OwnKeys>,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -313,11 +316,13 @@ impl EtcdBackend {
             route: Route::AnyMember,
         });
         let pool = Arc::new(Pool::new(client.clone(), members.clone(), settings.clone()));
+        let own_keys = Arc::new(own::OwnKeys::new(client.clone(), (*settings).clone()));
         EtcdBackend {
             client: Arc::new(client),
             members,
             settings,
             pool,
+            own_keys,
         }
     }
 
@@ -531,13 +536,9 @@ impl EtcdBackend {
         }
         let candidate = guard.disarm();
         let signal = LossSignal::new();
-        let own_key = own::watch(
-            client.clone(),
-            key.clone(),
-            create_revision,
-            settings.clone(),
-            signal.clone(),
-        );
+        let own_key = self
+            .own_keys
+            .watch(key.clone(), create_revision, signal.clone());
         let handle = EtcdGrant {
             held: Held {
                 client: client.clone(),

@@ -1,106 +1,399 @@
 //! A holder watches its own key: deleted out of band (`etcdctl del`, an
 //! operator's cleanup, `etcdctl lease revoke`), the term ends at once rather
 //! than at the next renewal, up to a third of the TTL later.
+//!
+//! Every holder of one client shares one watch stream, each key a watch of
+//! its own on it (by a watch id we choose, etcd 3.4+): a thousand
+//! leaderships cost one stream, not a thousand (each with its buffers).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, WatchFilterType, WatchOptions};
+use etcd_client::{
+    Client, EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponseStream,
+};
 use tenure_core::{LossReason, LossSignal};
-use tokio::task::JoinHandle;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::Settings;
 
+/// The watches of one client's holders: one stream, driven by one task
+/// started on first use (on the current runtime, the heartbeat runtime,
+/// which drives the client).
+pub(crate) struct OwnKeys {
+    client: Client,
+    settings: Settings,
+    next_id: AtomicI64,
+    driver: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+}
+
 /// The watch of one holder's key; it stops when this is dropped (with the
 /// lease's last handle).
-pub(crate) struct OwnKeyWatch(JoinHandle<()>);
+pub(crate) struct OwnKeyWatch {
+    id: i64,
+    commands: mpsc::UnboundedSender<Command>,
+}
 
 impl Drop for OwnKeyWatch {
     fn drop(&mut self) {
-        self.0.abort();
+        let _ = self.commands.send(Command::Cancel { id: self.id });
     }
 }
 
-/// Starts watching `key`, created at `create_revision`, on the current
-/// runtime (the heartbeat runtime, which drives the client): its deletion
-/// fires `signal` with [`LossReason::Deleted`].
-pub(crate) fn watch(
-    client: Client,
+enum Command {
+    Watch {
+        id: i64,
+        key: Watched,
+    },
+    Cancel {
+        id: i64,
+    },
+    /// What a look at a key found (sent by the look's own task).
+    Looked {
+        id: i64,
+        found: tenure_core::Result<Looked>,
+        after_cancel: bool,
+    },
+}
+
+struct Watched {
     key: String,
     create_revision: i64,
-    settings: Settings,
+    /// Watched from this revision on: a delete since then is in the
+    /// history a new watch replays.
+    from: i64,
     signal: LossSignal,
-) -> OwnKeyWatch {
-    OwnKeyWatch(tokio::spawn(async move {
-        let mut pause = Duration::from_millis(50);
-        // Watched from just after the key's creation: a delete that came
-        // before the watch was open is in the history it replays.
-        let mut from = create_revision + 1;
-        loop {
-            match until_deleted(&client, &key, create_revision, from, &settings).await {
-                Ok(Watched::Deleted) => {
-                    tracing::debug!(key, "our key was deleted");
-                    signal.fire(LossReason::Deleted);
-                    return;
+    /// Its watch's id on the stream (0 while it has none). A new watch
+    /// gets a new id: etcd keeps the id of a watch it cancelled for
+    /// compaction, and refuses it to another.
+    watch_id: i64,
+}
+
+/// The keys watched (by their handle's id), and which watch is whose.
+#[derive(Default)]
+struct Watches {
+    keys: HashMap<i64, Watched>,
+    by_watch: HashMap<i64, i64>,
+    last_watch: i64,
+}
+
+impl Watches {
+    /// A new watch id for the key of `handle`.
+    fn renumber(&mut self, handle: i64) -> Option<(i64, &Watched)> {
+        let key = self.keys.get_mut(&handle)?;
+        self.by_watch.remove(&key.watch_id);
+        self.last_watch += 1;
+        key.watch_id = self.last_watch;
+        self.by_watch.insert(key.watch_id, handle);
+        Some((key.watch_id, key))
+    }
+
+    /// The handle whose watch `watch_id` is.
+    fn handle(&self, watch_id: i64) -> Option<i64> {
+        self.by_watch.get(&watch_id).copied()
+    }
+
+    /// Forgets the key of `handle`; its watch id, if it had one.
+    fn remove(&mut self, handle: i64) -> Option<(i64, Watched)> {
+        let key = self.keys.remove(&handle)?;
+        self.by_watch.remove(&key.watch_id);
+        Some((key.watch_id, key))
+    }
+}
+
+impl OwnKeys {
+    pub(crate) fn new(client: Client, settings: Settings) -> Self {
+        OwnKeys {
+            client,
+            settings,
+            next_id: AtomicI64::new(1),
+            driver: Mutex::new(None),
+        }
+    }
+
+    /// Starts watching `key`, created at `create_revision`: its deletion
+    /// fires `signal` with [`LossReason::Deleted`].
+    pub(crate) fn watch(
+        &self,
+        key: String,
+        create_revision: i64,
+        signal: LossSignal,
+    ) -> OwnKeyWatch {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let commands = {
+            let mut driver = self.driver.lock().unwrap_or_else(|e| e.into_inner());
+            match driver.as_ref() {
+                Some(commands) if !commands.is_closed() => commands.clone(),
+                _ => {
+                    let (commands, received) = mpsc::unbounded_channel();
+                    let (client, settings) = (self.client.clone(), self.settings.clone());
+                    tokio::spawn(drive(client, settings, commands.downgrade(), received));
+                    *driver = Some(commands.clone());
+                    commands
                 }
-                Ok(Watched::ReadFrom(revision)) => from = revision,
+            }
+        };
+        let key = Watched {
+            key,
+            create_revision,
+            // Watched from just after the key's creation: a delete that came
+            // before the watch was open is in the history it replays.
+            from: create_revision + 1,
+            signal,
+            watch_id: 0,
+        };
+        let _ = commands.send(Command::Watch { id, key });
+        OwnKeyWatch { id, commands }
+    }
+}
+
+fn options(id: i64, from: i64) -> WatchOptions {
+    WatchOptions::new()
+        .with_watch_id(id)
+        .with_start_revision(from)
+        .with_filters([WatchFilterType::NoPut])
+}
+
+/// The stream: its request half, and its response half.
+type Stream = (WatchRequestSender, WatchResponseStream);
+
+/// Drives the stream until every handle (and the client's [`OwnKeys`]) is
+/// gone: opens it (again, after a break, with every watch), adds and
+/// cancels watches, and fires the signal of a key found deleted.
+async fn drive(
+    client: Client,
+    settings: Settings,
+    looks: mpsc::WeakUnboundedSender<Command>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut watches = Watches::default();
+    let mut stream: Option<Stream> = None;
+    let mut reopen_at: Option<Instant> = Some(Instant::now());
+    let mut pause = Duration::from_millis(50);
+    loop {
+        if stream.is_none()
+            && !watches.keys.is_empty()
+            && reopen_at.is_some_and(|at| at <= Instant::now())
+        {
+            match open(&client, &settings, &mut watches).await {
+                Ok(opened) => {
+                    stream = Some(opened);
+                    reopen_at = None;
+                    pause = Duration::from_millis(50);
+                }
                 Err(error) => {
-                    tracing::debug!(key, %error, retry_in = ?pause, "watch of our own key failed; watching again");
-                    tokio::time::sleep(pause).await;
+                    tracing::debug!(%error, retry_in = ?pause, "watch of our own keys failed; watching again");
+                    reopen_at = Some(Instant::now() + pause);
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
             }
         }
-    }))
+        tokio::select! {
+            command = commands.recv() => {
+                let Some(command) = command else { return };
+                let requests = stream.as_mut().map(|(requests, _)| requests);
+                let sent = match command {
+                    Command::Watch { id, key } => {
+                        watches.keys.insert(id, key);
+                        watch(requests, &mut watches, id).await
+                    }
+                    Command::Cancel { id } => match watches.remove(id) {
+                        Some((watch_id, _)) if !watches.keys.is_empty() => cancel(requests, watch_id).await,
+                        Some(_) => true,
+                        None => true,
+                    },
+                    Command::Looked { id, found, after_cancel } => match found {
+                        _ if !watches.keys.contains_key(&id) => true,
+                        Ok(Looked::Gone) => match fire(&mut watches, id) {
+                            Some(watch_id) if !watches.keys.is_empty() => cancel(requests, watch_id).await,
+                            Some(_) => true,
+                            None => true,
+                        },
+                        // Compacted past `from`: watch again from just
+                        // after the revision read.
+                        Ok(Looked::OursAt(revision)) if after_cancel => {
+                            if let Some(key) = watches.keys.get_mut(&id) {
+                                key.from = key.from.max(revision + 1);
+                            }
+                            watch(requests, &mut watches, id).await
+                        }
+                        Ok(Looked::OursAt(_)) => true,
+                        Err(error) => {
+                            tracing::debug!(%error, "a look at our own key failed");
+                            if after_cancel {
+                                if let Some(key) = watches.keys.get(&id) {
+                                    spawn_look(&client, &settings, &looks, id, key, true, pause);
+                                }
+                            }
+                            true
+                        }
+                    },
+                };
+                if watches.keys.is_empty() {
+                    // Nothing left to watch: the stream is closed rather
+                    // than its last watch cancelled (no message either
+                    // way), and opened again for the next key.
+                    stream = None;
+                    reopen_at = Some(Instant::now());
+                } else if !sent {
+                    stream = None;
+                    reopen_at = Some(Instant::now() + pause);
+                }
+            }
+            message = async {
+                match stream.as_mut() {
+                    Some((_, responses)) => responses.message().await,
+                    None => std::future::pending().await,
+                }
+            } => match message {
+                Ok(Some(answer)) => {
+                    let watch_id = answer.watch_id();
+                    let Some(id) = watches.handle(watch_id) else { continue };
+                    if answer.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        fire(&mut watches, id);
+                        if watches.keys.is_empty() {
+                            stream = None;
+                            reopen_at = Some(Instant::now());
+                        } else if let Some((requests, _)) = stream.as_mut() {
+                            let _ = requests.cancel(watch_id).await;
+                        }
+                    } else if answer.canceled() {
+                        // Compacted past `from` (or refused): look instead,
+                        // then watch again, with a new id, from what the
+                        // look read.
+                        watches.by_watch.remove(&watch_id);
+                        if let Some(key) = watches.keys.get(&id) {
+                            spawn_look(&client, &settings, &looks, id, key, true, Duration::ZERO);
+                        }
+                    } else if answer.created() {
+                        // A watch starting at a revision etcd has passed is
+                        // caught up by a loop that runs every 100 ms: a delete
+                        // between the grant and the watch would reach us that
+                        // late. Once the watch exists, look once.
+                        if let Some(key) = watches.keys.get(&id) {
+                            spawn_look(&client, &settings, &looks, id, key, false, Duration::ZERO);
+                        }
+                    }
+                }
+                Ok(None) | Err(_) => {
+                    if let Err(error) = message {
+                        tracing::debug!(%error, retry_in = ?pause, "watch of our own keys broke; watching again");
+                    }
+                    stream = None;
+                    reopen_at = Some(Instant::now() + pause);
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            },
+            _ = async {
+                match reopen_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
 }
 
-enum Watched {
-    Deleted,
-    /// The watch ended (compaction, a closed stream) with the key still
-    /// ours as read at a revision: watch again from just after it.
-    ReadFrom(i64),
+/// Adds a watch, with a new id, of the key of `handle` to the stream, if
+/// open; false if that failed (the stream is broken).
+async fn watch(
+    requests: Option<&mut WatchRequestSender>,
+    watches: &mut Watches,
+    handle: i64,
+) -> bool {
+    let Some((watch_id, key)) = watches.renumber(handle) else {
+        return true;
+    };
+    match requests {
+        Some(requests) => requests
+            .watch(key.key.clone(), Some(options(watch_id, key.from)))
+            .await
+            .is_ok(),
+        None => true,
+    }
 }
 
-async fn until_deleted(
+/// Cancels a watch on the stream, if open; false if that failed.
+async fn cancel(requests: Option<&mut WatchRequestSender>, watch_id: i64) -> bool {
+    match requests {
+        Some(requests) => requests.cancel(watch_id).await.is_ok(),
+        None => true,
+    }
+}
+
+/// Opens the stream with a watch, each with a new id, for every key.
+async fn open(
     client: &Client,
-    key: &str,
-    create_revision: i64,
-    from: i64,
     settings: &Settings,
-) -> tenure_core::Result<Watched> {
-    let options = WatchOptions::new()
-        .with_start_revision(from)
-        .with_filters([WatchFilterType::NoPut]);
-    let mut stream = crate::error::watch_opened(settings.route, settings.request_timeout, || {
-        let (mut watches, options) = (client.watch_client(), options.clone());
-        async move { watches.watch(key, Some(options)).await }
+    watches: &mut Watches,
+) -> tenure_core::Result<Stream> {
+    let handles: Vec<i64> = watches.keys.keys().copied().collect();
+    let Some((&first, rest)) = handles.split_first() else {
+        return Err(tenure_core::Error::unavailable(
+            crate::error::BACKEND,
+            "no key to watch",
+        ));
+    };
+    let (first_watch, first_key) = match watches.renumber(first) {
+        Some((watch_id, key)) => (watch_id, key.key.clone()),
+        None => unreachable!("a handle just listed"),
+    };
+    let from = watches.keys[&first].from;
+    let stream = crate::error::watch_opened(settings.route, settings.request_timeout, || {
+        let mut client = client.watch_client();
+        let (key, options) = (first_key.clone(), options(first_watch, from));
+        async move { client.watch(key, Some(options)).await }
     })
     .await
     .map_err(crate::error::map)?;
-    while let Some(answer) = stream.message().await.map_err(crate::error::map)? {
-        if answer
-            .events()
-            .iter()
-            .any(|e| e.event_type() == EventType::Delete)
-        {
-            return Ok(Watched::Deleted);
-        }
-        if answer.canceled() {
-            break;
-        }
-        // A watch starting at a revision etcd has passed is caught up by a
-        // loop that runs every 100 ms: a delete between the grant and the
-        // watch would reach us that late. Once the watch exists, look once.
-        if answer.created() {
-            if let Looked::Gone = look(client, key, create_revision, settings).await? {
-                return Ok(Watched::Deleted);
-            }
+    let (mut requests, responses) = stream.split();
+    for &handle in rest {
+        if !watch(Some(&mut requests), watches, handle).await {
+            return Err(tenure_core::Error::unavailable(
+                crate::error::BACKEND,
+                "the watch stream closed as it opened",
+            ));
         }
     }
-    // Cancelled (compacted past `from`) or closed: look instead.
-    match look(client, key, create_revision, settings).await? {
-        Looked::Gone => Ok(Watched::Deleted),
-        Looked::OursAt(revision) => Ok(Watched::ReadFrom(revision + 1)),
-    }
+    Ok((requests, responses))
+}
+
+/// Fires the signal of the key of `handle`, and forgets it; its watch id.
+fn fire(watches: &mut Watches, handle: i64) -> Option<i64> {
+    let (watch_id, key) = watches.remove(handle)?;
+    tracing::debug!(key = key.key, "our key was deleted");
+    key.signal.fire(LossReason::Deleted);
+    Some(watch_id)
+}
+
+/// Looks at a key in a task of its own, after `pause`; the answer comes
+/// back to the driver as a command.
+fn spawn_look(
+    client: &Client,
+    settings: &Settings,
+    looks: &mpsc::WeakUnboundedSender<Command>,
+    id: i64,
+    key: &Watched,
+    after_cancel: bool,
+    pause: Duration,
+) {
+    let Some(looks) = looks.upgrade() else {
+        return;
+    };
+    let (client, settings) = (client.clone(), settings.clone());
+    let (name, create_revision) = (key.key.clone(), key.create_revision);
+    tokio::spawn(async move {
+        tokio::time::sleep(pause).await;
+        let found = look(&client, &name, create_revision, &settings).await;
+        let _ = looks.send(Command::Looked {
+            id,
+            found,
+            after_cancel,
+        });
+    });
 }
 
 enum Looked {

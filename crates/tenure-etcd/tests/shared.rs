@@ -237,3 +237,82 @@ async fn a_dropped_campaign_on_a_shared_lease_leaves_no_key_behind() {
     a.release(&held).await.unwrap();
     b.release(&other).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_holders_of_one_client_watch_their_keys_on_one_stream() {
+    const KEYS: usize = 20;
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let streams = || async {
+        let stats = cluster.stats(0).await.expect("etcd's metrics");
+        (
+            stats.get("etcd_debugging_mvcc_watch_stream_total"),
+            stats.get("etcd_debugging_mvcc_watcher_total"),
+        )
+    };
+    let (streams_before, watchers_before) = streams().await;
+    let mut held = Vec::new();
+    for i in 0..KEYS {
+        held.push(hold(&a, &format!("one-stream/{i}"), "a").await);
+    }
+    wait_for("every holder's watch", TTL, || async {
+        let (_, watchers) = streams().await;
+        (watchers >= watchers_before + KEYS as u64).then_some(())
+    })
+    .await
+    .unwrap();
+    let (streams_after, _) = streams().await;
+    assert!(
+        streams_after <= streams_before + 1,
+        "{KEYS} holders of one client opened {} watch streams",
+        streams_after - streams_before
+    );
+    // Each key's deletion still ends its own term, and only it, at once.
+    for (i, lease) in held.iter().enumerate().take(3) {
+        let (key, _, _) = keys(&a, &format!("one-stream/{i}/")).await.remove(0);
+        a.client().kv_client().delete(key, None).await.unwrap();
+        let told = tokio::time::timeout(Duration::from_secs(1), lease.loss_signalled()).await;
+        assert!(told.is_ok(), "holder {i} was not told its key went");
+    }
+    assert!(held[3..].iter().all(|l| l.is_valid()));
+    for lease in &held[3..] {
+        a.release(lease).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holders_watch_survives_a_broken_stream_and_a_compaction() {
+    let cluster = etcd().await;
+    let a = client(&cluster).await;
+    let (b, link) = common::connect_proxied(&cluster, tenure_etcd::EtcdOptions::default()).await;
+    let lease = hold(&b, "compacted", "b").await;
+    // The stream breaks; meanwhile the history from before is compacted
+    // away, so the watch opened again from the key's creation is refused.
+    for proxy in link.proxies() {
+        proxy.set(tenure_testkit::proxy::Mode::Reset);
+    }
+    for i in 0..5 {
+        a.client()
+            .kv_client()
+            .put(format!("filler/{i}"), "x", None)
+            .await
+            .unwrap();
+    }
+    let now = a.client().kv_client().get("filler/0", None).await.unwrap();
+    let revision = now.header().unwrap().revision();
+    a.client()
+        .kv_client()
+        .compact(revision, None)
+        .await
+        .unwrap();
+    for proxy in link.proxies() {
+        proxy.set(tenure_testkit::proxy::Mode::Pass);
+    }
+    // Watched again (after a look): the key's deletion still ends the term.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(lease.is_valid());
+    let (key, _, _) = keys(&a, "compacted/").await.remove(0);
+    a.client().kv_client().delete(key, None).await.unwrap();
+    let told = tokio::time::timeout(Duration::from_secs(1), lease.loss_signalled()).await;
+    assert!(told.is_ok(), "the holder was not told its key went");
+}
