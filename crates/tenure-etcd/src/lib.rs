@@ -356,7 +356,7 @@ impl EtcdBackend {
             let lease_id = attached.id();
             let key = attached.key_name(&prefix);
             // From here on, leaving (error, or the future dropped) deletes
-            // our key, and revokes the lease if nobody else uses it.
+            // our key, and gives up our use of the lease.
             let mut guard = CleanupOnDrop::arm(
                 Candidate {
                     client: client.clone(),
@@ -710,8 +710,8 @@ impl HeartbeatBackend for EtcdBackend {
 /// queue, kept alive by the client's other candidacies, and the candidate
 /// after it would wait for a ghost. A key whose create was never answered
 /// may still be created after its delete: the lease's renewal rounds delete
-/// it again for a while ([`Attached::sweep_later`]); the lease's last use
-/// revokes it, which takes every key on it.
+/// it again for a while ([`Attached::sweep_later`]), and the lease's
+/// revoke, once nobody uses it, takes every key on it.
 struct Candidate {
     client: Client,
     key: String,
@@ -737,7 +737,7 @@ async fn withdraw(candidate: Candidate) {
     if create_revision.is_none() {
         attached.sweep_later(key);
     }
-    // The last use revokes the lease, and every key on it with it.
+    // The lease is revoked a second after its last use went (shared.rs).
     drop(attached);
 }
 

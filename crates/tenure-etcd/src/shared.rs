@@ -44,6 +44,10 @@ use crate::Settings;
 /// where its lease has other users.
 const GATHER: Duration = Duration::from_millis(1);
 
+/// How long a lease no candidacy uses stays for the next one (at most half
+/// its TTL) before it is revoked.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// How long a key whose create may still land after its withdrawal is
 /// deleted again by each round.
 const SWEEP_FOR: Duration = Duration::from_secs(60);
@@ -207,6 +211,20 @@ impl Pool {
         })
     }
 
+    /// Takes `lease` out of the pool if no candidacy uses it (to revoke it);
+    /// whether it did.
+    fn take_if_unused(&self, lease: &Arc<Shared>) -> bool {
+        let mut leases = self.leases();
+        if lease.users.load(Ordering::SeqCst) > 0 || lease.dead.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let secs = lease.ttl.as_secs();
+        if leases.get(&secs).is_some_and(|l| Arc::ptr_eq(l, lease)) {
+            leases.remove(&secs);
+        }
+        true
+    }
+
     /// Takes `lease` out of the pool (gone on the server): new candidacies
     /// get a new one.
     fn forget(&self, lease: &Arc<Shared>) {
@@ -222,23 +240,28 @@ impl Pool {
 impl Drop for Attached {
     fn drop(&mut self) {
         let last = {
-            let mut leases = self.pool.leases();
-            let last = self.lease.users.fetch_sub(1, Ordering::SeqCst) == 1;
-            let secs = self.lease.ttl.as_secs();
-            if last
-                && leases
-                    .get(&secs)
-                    .is_some_and(|l| Arc::ptr_eq(l, &self.lease))
-            {
-                leases.remove(&secs);
-            }
-            last
+            let _leases = self.pool.leases();
+            self.lease.users.fetch_sub(1, Ordering::SeqCst) == 1
         };
-        if last && !self.lease.dead.swap(true, Ordering::SeqCst) {
-            let (client, id, ttl) = (self.pool.client.clone(), self.lease.id, self.lease.ttl);
-            let settings = self.pool.settings.for_ttl(ttl);
-            spawn_cleanup(async move { revoke_until_gone(client, id, settings, ttl).await });
+        if !last || self.lease.dead.load(Ordering::SeqCst) {
+            return;
         }
+        // The last use gone: the lease stays in the pool a while, for the
+        // client's next candidacy (a candidate that resigned often stands
+        // again at once), and is revoked then if still unused. A revoke
+        // right away is a write that the servers make while the next
+        // leader reads its place in line: it slowed that read (the
+        // hand-over) by half a millisecond on one etcd node. It holds no
+        // key by then, so nothing waits for it (not `close`).
+        let (pool, lease) = (self.pool.clone(), self.lease.clone());
+        let linger = LINGER.min(lease.ttl / 2);
+        tenure_core::heartbeat_runtime().spawn(async move {
+            tokio::time::sleep(linger).await;
+            if pool.take_if_unused(&lease) {
+                let settings = pool.settings.for_ttl(lease.ttl);
+                revoke_until_gone(pool.client.clone(), lease.id, settings, lease.ttl).await;
+            }
+        });
     }
 }
 
@@ -279,10 +302,10 @@ impl Attached {
     }
 
     /// Deletes `key` again in each round for a while: its create may land
-    /// after its withdrawal. Not needed once the lease is revoked, which
-    /// the last user's detach does.
+    /// after its withdrawal (and the lease may live on, for the client's
+    /// other candidacies or its next).
     pub(crate) fn sweep_later(&self, key: String) {
-        if self.shared() && !self.lease.dead.load(Ordering::SeqCst) {
+        if !self.lease.dead.load(Ordering::SeqCst) {
             self.lease
                 .sweep
                 .lock()
