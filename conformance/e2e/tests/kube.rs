@@ -28,7 +28,7 @@ use tenure_testkit::{
 };
 
 /// The variable naming a real cluster's kubeconfig.
-const KUBECONFIG_VAR: &str = "TENURE_KUBECONFIG";
+pub(crate) const KUBECONFIG_VAR: &str = "TENURE_KUBECONFIG";
 /// The variable naming the namespace on it.
 const NAMESPACE_VAR: &str = "TENURE_KUBE_NAMESPACE";
 
@@ -65,7 +65,7 @@ struct Kube {
 }
 
 /// The real cluster's kubeconfig, if `TENURE_KUBECONFIG` names one.
-fn real_cluster() -> Option<PathBuf> {
+pub(crate) fn real_cluster() -> Option<PathBuf> {
     std::env::var_os(KUBECONFIG_VAR)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -86,7 +86,21 @@ fn deploy(
     factory::over(name, kube, capabilities, version)
 }
 
-async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory> {
+/// Whether the test server serves PATCH (kube_no_patch.rs, which includes
+/// this file, runs the suite with it refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Patches {
+    Served,
+    /// Every PATCH answered 415 (`LeaseServer::refuse_patch`).
+    #[allow(dead_code)]
+    Refused,
+}
+
+pub(crate) async fn test_server(
+    nodes: usize,
+    name: &'static str,
+    patches: Patches,
+) -> Arc<dyn BackendFactory> {
     let cluster = Cluster::start(Topology::Etcd { nodes })
         .await
         .expect("etcd cluster");
@@ -98,6 +112,18 @@ async fn test_server(nodes: usize, name: &'static str) -> Arc<dyn BackendFactory
     let inspector = KubeBackend::from_config(config, KubeOptions::default())
         .await
         .expect("inspector client");
+    if patches == Patches::Refused {
+        server.refuse_patch();
+        let patch = kube::api::Patch::Merge(serde_json::json!({}));
+        match inspector
+            .api()
+            .patch("any", &Default::default(), &patch)
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 415 => {}
+            other => panic!("a PATCH while refused was answered {other:?}, not 415"),
+        }
+    }
     let (candidate_link, addr) = ProxyLink::start(server.addr())
         .await
         .expect("candidates' proxy");
@@ -347,10 +373,10 @@ impl Deployment for Kube {
 
 /// A Lease's duration is the client's own: no server gives less than asked
 /// for on a reconnect.
-const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
+pub(crate) const SHRUNK: &str = "session_shrunk_on_reconnect_holder_stops_first";
 
 /// The backend takes any TTL above its minimum: no maximum to go over.
-const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
+pub(crate) const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 
 fn main() -> std::process::ExitCode {
     let targets = match real_cluster() {
@@ -374,11 +400,11 @@ fn main() -> std::process::ExitCode {
             )),
         ],
         None => vec![
-            Target::new("single", || test_server(1, "kube-1node"))
+            Target::new("single", || test_server(1, "kube-1node", Patches::Served))
                 .expect_skips(THREE_NODE_CASES)
                 .expect_skips(&[SHRUNK, NO_MAX_TTL]),
             // The candidates reach the Lease server, not an etcd node.
-            Target::new("three", || test_server(3, "kube-3node")).expect_skips(&[
+            Target::new("three", || test_server(3, "kube-3node", Patches::Served)).expect_skips(&[
                 "holders_server_node_paused_longer_than_ttl",
                 "standby_sees_failover_when_its_node_is_cut_off",
                 "observer_sees_failover_when_its_node_is_cut_off",

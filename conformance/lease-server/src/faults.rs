@@ -3,9 +3,11 @@
 //! (kube-apiserver's 500 "etcdserver: request timed out" or "leader
 //! changed" after etcd applied the write, a load balancer's 502/503/504 in
 //! front of an apiserver that went on), and reads refused (RBAC without a
-//! verb, API Priority and Fairness shedding load with a `Retry-After`).
+//! verb, API Priority and Fairness shedding load with a `Retry-After`), and
+//! every PATCH refused as a server that serves no patch type refuses it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -42,6 +44,7 @@ impl Requests {
 pub(crate) struct Faults {
     after_commit: Mutex<Option<(StatusCode, String)>>,
     refused: Mutex<HashMap<Requests, (StatusCode, Option<Duration>)>>,
+    patch_refused: AtomicBool,
 }
 
 impl Faults {
@@ -102,5 +105,22 @@ impl Faults {
             _ => format!("{} refused by the test server", requests.verb()),
         };
         Some(status::refused(code, message, name, retry_after))
+    }
+
+    /// Whether every PATCH is refused (see [`patch_refusal`](Self::patch_refusal)).
+    pub(crate) fn refuse_patch(&self, refused: bool) {
+        self.patch_refused.store(refused, Ordering::Relaxed);
+    }
+
+    /// The answer to a PATCH while patches are refused: 415
+    /// UnsupportedMediaType listing no accepted type, as
+    /// apiserver/pkg/endpoints/handlers/patch.go (PatchResource) answers a
+    /// Content-Type outside the resource's patch types
+    /// (`negotiation.NewUnsupportedMediaTypeError(patchTypes)`) when that
+    /// list is empty, before it reads the body or the Lease.
+    pub(crate) fn patch_refusal(&self) -> Option<Response> {
+        self.patch_refused
+            .load(Ordering::Relaxed)
+            .then(|| status::unsupported_media_type(&[]))
     }
 }

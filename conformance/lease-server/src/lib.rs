@@ -22,12 +22,14 @@
 //   api.rs         the HTTP routes: get, list or watch, create, update, delete
 //   patch.rs       PATCH: merge, JSON, strategic merge patch, server-side apply
 //   patches.rs     the patch documents applied to a Lease's JSON
+//   selector.rs    labelSelector: parsed and matched as apimachinery's labels
 //   managed.rs     metadata.managedFields: field ownership, apply conflicts
 //   store.rs       Leases in etcd: resourceVersion = mod revision, writes as txns
 //   watch.rs       watch over etcd's watch: events, bookmarks, 410 Expired
 //   status.rs      kube-style Status bodies and 422 field errors
 //   faults.rs      answers a real apiserver gives that this one would not
-//                  (a committed write answered 500, refused reads), set by tests
+//                  (a committed write answered 500, refused reads, every
+//                  PATCH refused 415), set by tests
 //   kubeconfig.rs  kubeconfigs and kube:// URLs that reach a server
 //   main.rs        the `tenure-lease-server` command
 
@@ -37,6 +39,7 @@ mod kubeconfig;
 mod managed;
 mod patch;
 mod patches;
+mod selector;
 mod status;
 mod store;
 mod watch;
@@ -136,11 +139,14 @@ impl LeaseServer {
         format!("http://{}", self.addr)
     }
 
-    /// Write requests (create, update, delete, patch) this instance sent to etcd,
-    /// successful or not: each is one etcd transaction. A write refused on
-    /// what the server read just before (a stale resourceVersion, a failed
-    /// precondition) never reaches etcd and is not counted, as
-    /// kube-apiserver's `GuaranteedUpdate` refuses it before writing.
+    /// Writes (create, update, delete, patch) this instance committed to
+    /// etcd: each is one etcd transaction whose compare held. A write refused
+    /// on what the server read just before (a stale resourceVersion, a failed
+    /// precondition) never reaches etcd, as kube-apiserver's
+    /// `GuaranteedUpdate` refuses it before writing; one whose transaction's
+    /// compare failed (a 409 from a racing write, a create of a Lease that
+    /// exists) wrote nothing; neither is counted, as etcd counts only the
+    /// puts and deletes it commits.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
     }
@@ -215,6 +221,21 @@ impl LeaseServer {
     /// Serves `requests` again.
     pub fn stop_refusing(&self, requests: Requests) {
         self.faults.stop_refusing(requests);
+    }
+
+    /// Answers every PATCH (merge, JSON, strategic merge, server-side
+    /// apply, any Content-Type) with 415 UnsupportedMediaType listing no
+    /// accepted type, until [`serve_patch`](Self::serve_patch): the answer
+    /// kube-apiserver's patch handler gives a patch type the resource does
+    /// not take, for testing a client against a server (or a proxy in front
+    /// of one) that takes none. Nothing is read or written.
+    pub fn refuse_patch(&self) {
+        self.faults.refuse_patch(true);
+    }
+
+    /// Serves PATCH again.
+    pub fn serve_patch(&self) {
+        self.faults.refuse_patch(false);
     }
 
     /// Kills the server: every connection and watch drops at once.

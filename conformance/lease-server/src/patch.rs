@@ -136,6 +136,9 @@ pub(crate) async fn patch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(refused) = store.faults().patch_refusal() {
+        return refused;
+    }
     let patch = match parse(&headers, &body) {
         Ok(p) => p,
         Err(r) => return r,

@@ -328,6 +328,71 @@ async fn patch_refusals_unknown_type_force_missing_lease_and_renaming() {
     assert_eq!(f.get("r").await.1["spec"]["holderIdentity"], "a");
 }
 
+/// With PATCH refused ([`LeaseServer::refuse_patch`]), every PATCH is
+/// 415 UnsupportedMediaType, whatever its type, body or options, as
+/// patch.go's PatchResource answers a Content-Type outside the resource's
+/// patch types (`negotiation.NewUnsupportedMediaTypeError(patchTypes)`,
+/// here with none: its message lists none; errUnsupportedMediaType.Status
+/// has no details), before it reads the Lease: nothing is written, an apply
+/// creates no missing Lease. Served again, a patch applies.
+///
+/// [`LeaseServer::refuse_patch`]: tenure_lease_server::LeaseServer::refuse_patch
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_patch_is_415_while_patches_are_refused() {
+    let f = fixture().await;
+    let (_, created) = f.post(&lease("n", "a"), "creator").await;
+    f.server.refuse_patch();
+    let writes = f.server.writes();
+    let merge = r#"{"spec":{"holderIdentity":"b"}}"#;
+    let apply = json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": { "name": "n" },
+        "spec": { "holderIdentity": "b" },
+    })
+    .to_string();
+    let json_patch = r#"[{"op":"replace","path":"/spec/holderIdentity","value":"b"}]"#;
+    let requests = [
+        ("n", MERGE, "fieldManager=m", merge),
+        ("n", STRATEGIC, "", merge),
+        ("n", JSON_PATCH, "", json_patch),
+        (
+            "n",
+            APPLY,
+            "fieldManager=applier&force=true",
+            apply.as_str(),
+        ),
+        ("missing", APPLY, "fieldManager=applier", apply.as_str()),
+        ("n", "application/json", "", merge),
+        ("n", MERGE, "force=true", "not json"),
+    ];
+    for (name, content_type, query, body) in requests {
+        let answer = f.patch(name, content_type, query, body).await;
+        assert_status(&answer, 415, "UnsupportedMediaType");
+        assert_eq!(
+            answer.1,
+            json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "the body of the request was in an unknown format - accepted media types include: ",
+                "reason": "UnsupportedMediaType",
+                "code": 415,
+            }),
+            "{content_type} {query}"
+        );
+    }
+    assert_eq!(f.server.writes(), writes, "a refused patch writes nothing");
+    assert_eq!(f.get("n").await.1, created);
+    assert_status(&f.get("missing").await, 404, "NotFound");
+
+    f.server.serve_patch();
+    let (code, patched) = f.patch("n", MERGE, "fieldManager=m", merge).await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["spec"]["holderIdentity"], "b");
+}
+
 /// Patches without a resourceVersion racing each other all land: a patch
 /// that loses the compare-and-swap is made again on what is stored then,
 /// as GuaranteedUpdate retries a conflict when no precondition was given

@@ -25,7 +25,8 @@
 //                      driven over the conformance process protocol
 //   scale.rs           many keys in one process (scale-child)
 //   peers/             what people would otherwise pick (etcd's election API,
-//                      etcdctl elect, Curator, rslock) and the ones not run
+//                      etcdctl elect, Curator, rslock, kube-lease-manager,
+//                      kube-coordinate) and the ones not run
 //   figures.rs, report.rs, chart.rs   what was measured, BENCHMARKS.md, SVG
 //   machine.rs, error.rs
 

@@ -15,6 +15,15 @@ pub struct Plan {
     pub latency_samples: usize,
     /// Hand-over trials.
     pub handover_trials: usize,
+    /// Hand-over trials of the peers whose standby waits out the lease
+    /// (kube-lease-manager, kube-coordinate): each takes up to two TTLs.
+    pub lease_bound_handover_trials: usize,
+    /// Their crash-failover trials (at [`TTL`]): each up to two TTLs
+    /// after the kill.
+    pub lease_bound_failover_trials: usize,
+    /// Leadership changes counted per herd of those peers (tenure's: 5),
+    /// each up to two TTLs.
+    pub lease_bound_herd_changes: usize,
     /// Crash-failover trials (at [`TTL`]).
     pub failover_trials: usize,
     /// etcdctl's crash-failover trials (60 s TTL each).
@@ -50,6 +59,9 @@ impl Plan {
             servers,
             latency_samples: if quick { 50 } else { 200 },
             handover_trials: if quick { 10 } else { 50 },
+            lease_bound_handover_trials: if quick { 2 } else { 20 },
+            lease_bound_failover_trials: if quick { 2 } else { 10 },
+            lease_bound_herd_changes: if quick { 1 } else { 5 },
             failover_trials: if quick { 3 } else { 10 },
             etcdctl_failover_trials: if quick { 0 } else { 1 },
             herds: vec![10, 100],

@@ -2,7 +2,8 @@
 //! leader) and, for `etcdctl elect` and Curator, graceful hand-over
 //! (SIGINT) too.
 //!
-//! The bench's own candidates (tenure, etcd's election API, rslock) are
+//! The bench's own candidates (tenure, etcd's election API, rslock,
+//! kube-lease-manager, kube-coordinate) are
 //! `tenure-bench-candidate` processes driven over the conformance suite's
 //! process protocol ([`candidate_trial`]); programs the bench does not
 //! write (`etcdctl elect`) or that run on the JVM (Curator) are read by the

@@ -10,7 +10,9 @@ use crate::deploy::{BenchResult, Deployment, Server};
 use crate::error::BenchError;
 use crate::figures::{Figure, Measure, FLOOR};
 use crate::floor;
-use crate::peers::{curator, etcd_election, etcdctl, rslock, unavailable};
+use crate::peers::{
+    curator, etcd_election, etcdctl, kube_coordinate, kube_lease_manager, rslock, unavailable,
+};
 use crate::plan::{Plan, HERD_TTL, SCALE_TTL, TTL};
 use crate::process::{candidate_trial, Stop};
 use crate::sampling::fresh_key;
@@ -150,8 +152,9 @@ impl Rows<'_> {
 }
 
 /// Crash failover through candidate processes, minus the TTL: `kind` is
-/// the URL prefix that picks a peer (`etcd-election+`, `rslock+`; empty
-/// for tenure), see `tenure-bench-candidate`.
+/// the URL prefix that picks a peer (`etcd-election+`, `rslock+`,
+/// `kube-lease-manager+`, `kube-coordinate+`; empty for tenure), see
+/// `tenure-bench-candidate`.
 async fn failover(
     url: &str,
     kind: &str,
@@ -189,6 +192,12 @@ async fn bench_one(
             rows.add_latency(etcd_election::NAME, etcd_election::latency(d, TTL, n).await)
         }
         Server::Redis(_) => rows.add_latency(rslock::NAME, rslock::latency(d, TTL, n).await),
+        Server::Kube(_) => {
+            let klm = kube_lease_manager::latency(d, TTL, n).await;
+            rows.add_latency(kube_lease_manager::NAME, klm);
+            let kc = kube_coordinate::latency(d, TTL, n).await;
+            rows.add_latency(kube_coordinate::NAME, kc);
+        }
         _ => {}
     }
 
@@ -213,6 +222,13 @@ async fn bench_one(
             let f = rslock::handover(d, TTL, h).await;
             rows.add(Measure::Handover, rslock::NAME, f);
         }
+        Server::Kube(_) => {
+            let h = plan.lease_bound_handover_trials;
+            let f = kube_lease_manager::handover(d, TTL, h).await;
+            rows.add(Measure::Handover, kube_lease_manager::NAME, f);
+            let f = kube_coordinate::handover(d, TTL, h).await;
+            rows.add(Measure::Handover, kube_coordinate::NAME, f);
+        }
         _ => {}
     }
 
@@ -229,10 +245,31 @@ async fn bench_one(
             let peers = match d.server {
                 Server::Etcd(_) => vec![("", "tenure"), ("etcd-election+", etcd_election::NAME)],
                 Server::Redis(_) => vec![("", "tenure"), ("rslock+", rslock::NAME)],
+                Server::Kube(_) => vec![
+                    ("", "tenure"),
+                    ("kube-lease-manager+", kube_lease_manager::NAME),
+                    ("kube-coordinate+", kube_coordinate::NAME),
+                ],
                 _ => vec![("", "tenure")],
             };
             for (kind, system) in peers {
-                let got = failover(&url, kind, label, system, f).await;
+                // The Kubernetes peers' standbys wait out the lease and more.
+                let (trials, note) = match kind {
+                    "kube-lease-manager+" => (
+                        plan.lease_bound_failover_trials,
+                        Some(kube_lease_manager::FAILOVER),
+                    ),
+                    "kube-coordinate+" => (
+                        plan.lease_bound_failover_trials,
+                        Some(kube_coordinate::FAILOVER),
+                    ),
+                    _ => (f, None),
+                };
+                let got = failover(&url, kind, label, system, trials).await;
+                let got = got.map(|f| match note {
+                    Some(note) => f.with_note(note),
+                    None => f,
+                });
                 rows.add(Measure::Failover, system, got);
             }
             match d.server {
@@ -254,6 +291,17 @@ async fn bench_one(
         let got = herd(d, herd_ttl(d), waiters).await;
         let got = got.map_err(|e| BenchError::from(format!("{waiters} waiters: {e}")));
         rows.add(Measure::Herd, "tenure", got);
+    }
+    if let Server::Kube(_) = d.server {
+        // The peers' holders renew themselves: their herds run at the TTL.
+        let changes = plan.lease_bound_herd_changes;
+        for &waiters in &plan.herds {
+            let with = |e: BenchError| BenchError::from(format!("{waiters} waiters: {e}"));
+            let got = kube_lease_manager::herd(d, TTL, waiters, changes).await;
+            rows.add(Measure::Herd, kube_lease_manager::NAME, got.map_err(with));
+            let got = kube_coordinate::herd(d, TTL, waiters, changes).await;
+            rows.add(Measure::Herd, kube_coordinate::NAME, got.map_err(with));
+        }
     }
 
     let url = d.url(SCALE_TTL).unwrap_or_else(|| "memory://".into());

@@ -172,7 +172,7 @@ pub async fn herd(d: &Deployment, ttl: Duration, waiters: usize) -> BenchResult<
 
 /// Waits until the herd has queued: the request counter still for 300 ms
 /// (at most 30 s); memory: a moment.
-async fn settle(d: &Deployment) -> BenchResult<()> {
+pub async fn settle(d: &Deployment) -> BenchResult<()> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let Some(mut last) = d.requests().await? else {
         return Ok(());

@@ -11,6 +11,11 @@
 //!   (etcd-client's `ElectionClient`), its lease kept alive every TTL/3;
 //! - `rslock+redis://h:p,...`: the rslock crate (`acquire` loops until
 //!   locked, then `extend` every TTL/3);
+//! - `kube-lease-manager+kube:///<kubeconfig>?...`: a kube-lease-manager
+//!   `LeaseManager` in `watch()` mode (it renews itself), elected once its
+//!   channel says so;
+//! - `kube-coordinate+kube:///<kubeconfig>?...`: a kube-coordinate
+//!   `LeaderElector` (it renews itself), elected once its state is Leading;
 //! - any other: an Elector over `tenure::connect(URL)` (`memory+tcp://` is a
 //!   client of a conformance front, for the bench's own tests).
 
@@ -27,13 +32,26 @@ use tokio::time::Instant;
 
 const ETCD_ELECTION: &str = "etcd-election+";
 const RSLOCK: &str = "rslock+";
+const LEASE_MANAGER: &str = "kube-lease-manager+";
+const COORDINATE: &str = "kube-coordinate+";
+
+/// The peers' settings, as the bench's in-process measures use them.
+#[path = "../peers/kube_settings.rs"]
+mod kube_settings;
+
+/// Whether `url` names a peer rather than tenure.
+fn is_peer(url: &str) -> bool {
+    [ETCD_ELECTION, RSLOCK, LEASE_MANAGER, COORDINATE]
+        .iter()
+        .any(|p| url.starts_with(p))
+}
 
 fn main() {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(e) => exit(&e),
     };
-    if !args.url.starts_with(ETCD_ELECTION) && !args.url.starts_with(RSLOCK) {
+    if !is_peer(&args.url) {
         // tenure itself: the suite's own candidate, over tenure::connect.
         candidate::main_with(connect);
         return;
@@ -71,6 +89,25 @@ enum Peer {
     },
     /// rslock's lock manager over the masters.
     Rslock(rslock::LockManager),
+    /// kube-lease-manager's manager of the Lease.
+    LeaseManager(Box<kube_lease_manager::LeaseManager>),
+    /// A client for kube-coordinate's elector.
+    Coordinate(tenure::kube::kube::Client),
+}
+
+/// A client of the kubeconfig a `kube:///<path>?...` URL names.
+async fn kube_client(url: &str) -> Result<tenure::kube::kube::Client, String> {
+    use tenure::kube::kube;
+    let path = url
+        .strip_prefix("kube://")
+        .and_then(|rest| rest.split('?').next())
+        .filter(|path| path.starts_with('/'))
+        .ok_or_else(|| format!("{url:?}: not a kube:///<kubeconfig> URL"))?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
 impl Peer {
@@ -118,6 +155,20 @@ impl Peer {
                 .map(|h| format!("redis://{h}"))
                 .collect::<Vec<_>>();
             Ok(Peer::Rslock(rslock::LockManager::new(masters)))
+        } else if let Some(url) = args.url.strip_prefix(LEASE_MANAGER) {
+            let client = kube_client(url).await?;
+            let manager =
+                kube_settings::lease_manager(&client, &args.key, &args.identity, args.ttl)
+                    .build()
+                    .await
+                    .map_err(|e| format!("LeaseManager: {e}"))?;
+            Ok(Peer::LeaseManager(Box::new(manager)))
+        } else if let Some(url) = args.url.strip_prefix(COORDINATE) {
+            let client = kube_client(url).await?;
+            kube_settings::coordinate(&args.key, &args.identity, args.ttl)
+                .validate()
+                .map_err(|e| e.to_string())?;
+            Ok(Peer::Coordinate(client))
         } else {
             Err(format!("{:?}: not a peer's URL", args.url))
         }
@@ -150,6 +201,35 @@ impl Peer {
                             Err(e) => exit(&format!("extend: {e}")),
                         }
                     }
+                });
+                Ok(())
+            }
+            Peer::LeaseManager(manager) => {
+                // The task renews for as long as the channel is open: it
+                // is kept for as long as the process runs.
+                let (mut state, task) = manager.watch().await;
+                state
+                    .wait_for(|leads| *leads)
+                    .await
+                    .map_err(|_| "the LeaseManager's task ended".to_owned())?;
+                tokio::spawn(async move {
+                    let _kept = (state, task);
+                    std::future::pending::<()>().await
+                });
+                Ok(())
+            }
+            Peer::Coordinate(client) => {
+                let config = kube_settings::coordinate(&args.key, &args.identity, args.ttl);
+                let handle = kube_coordinate::LeaderElector::spawn(config, client)
+                    .map_err(|e| format!("LeaderElector: {e}"))?;
+                handle
+                    .state()
+                    .wait_for(kube_coordinate::LeaderState::is_leader)
+                    .await
+                    .map_err(|_| "the LeaderElector's task ended".to_owned())?;
+                tokio::spawn(async move {
+                    let _kept = handle;
+                    std::future::pending::<()>().await
                 });
                 Ok(())
             }

@@ -7,19 +7,6 @@ use crate::figures::{Figure, Measure};
 pub fn rows(label: &str) -> Vec<Figure> {
     let mut rows = Vec::new();
     for measure in [Measure::Handover, Measure::Failover] {
-        let ssa = "not run yet: it writes the Lease with server-side apply, which the Lease API test server answers, but the bench does not drive it yet; builds against the workspace's kube 2";
-        rows.push(Figure::missing(
-            measure,
-            label,
-            "kube-lease-manager 0.10",
-            ssa,
-        ));
-        rows.push(Figure::missing(
-            measure,
-            label,
-            "kube-coordinate 2.0.0-rc.0",
-            ssa,
-        ));
         rows.push(Figure::missing(
             measure,
             label,
