@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::faults::Requests;
 use super::managed;
+use super::selector::Selector;
 use super::status::{self, FieldError};
 use super::store::{Store, WriteError};
 use super::watch;
@@ -400,6 +401,12 @@ async fn list_or_watch(
         Ok(name) => name,
         Err(r) => return r,
     };
+    // An unparsable labelSelector is a 400 BadRequest, as kube-apiserver
+    // answers when decoding the list options fails (labels.Parse).
+    let labels = match Selector::parse(params.get("labelSelector").map_or("", String::as_str)) {
+        Ok(labels) => labels,
+        Err(e) => return status::bad_request(e),
+    };
     let flag = |k: &str| params.get(k).is_some_and(|v| v == "1" || v == "true");
     let requests = if flag("watch") {
         Requests::Watch
@@ -428,16 +435,20 @@ async fn list_or_watch(
             .unwrap_or_default()
             .to_owned();
         let bookmarks = flag("allowWatchBookmarks");
-        return watch::watch(store, ns, name, rv, bookmarks, timeout, user_agent).await;
+        let target = watch::Target { ns, name, labels };
+        return watch::watch(store, target, rv, bookmarks, timeout, user_agent).await;
     }
     match store.list(&ns, name.as_deref()).await {
-        Ok((items, revision)) => Json(json!({
-            "kind": "LeaseList",
-            "apiVersion": "coordination.k8s.io/v1",
-            "metadata": { "resourceVersion": revision.to_string() },
-            "items": items,
-        }))
-        .into_response(),
+        Ok((mut items, revision)) => {
+            items.retain(|item| labels.matches(item));
+            Json(json!({
+                "kind": "LeaseList",
+                "apiVersion": "coordination.k8s.io/v1",
+                "metadata": { "resourceVersion": revision.to_string() },
+                "items": items,
+            }))
+            .into_response()
+        }
         Err(e) => status::etcd_failure(e),
     }
 }

@@ -326,14 +326,18 @@ impl Store {
         ))
     }
 
-    /// Runs `txn`, a write (counted as one whether it succeeds or not).
+    /// Runs `txn`, a write, counted once it has committed: not if its
+    /// compare failed (nothing was written), nor if etcd failed.
     async fn write(&self, txn: Txn) -> Result<TxnResponse, WriteError> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
         let answer = sent(|| {
             let (mut kv, txn) = (self.client.kv_client(), txn.clone());
             async move { kv.txn(txn).await }
-        });
-        Ok(answer.await?)
+        })
+        .await?;
+        if answer.succeeded() {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(answer)
     }
 
     pub(crate) async fn create(

@@ -9,6 +9,7 @@ use etcd_client::{EventType, GetOptions, WatchOptions};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::selector::Selector;
 use super::status;
 use super::store::{decode, key, prefix, revision, Store};
 use super::BOOKMARK_INTERVAL;
@@ -76,15 +77,60 @@ fn ended_with(event: Bytes) -> Response {
         .expect("response")
 }
 
+/// What a watch is of: a namespace's Leases, or the one named there, that
+/// its label selector selects.
+pub(crate) struct Target {
+    pub(crate) ns: String,
+    pub(crate) name: Option<String>,
+    pub(crate) labels: Selector,
+}
+
+/// The event a watcher whose selector is `labels` gets of a change, as
+/// kube-apiserver's watch cache makes it (`cacheWatcher.convertToWatchEvent`,
+/// staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go): ADDED
+/// if the object passes the selector now and did not before (or did not
+/// exist), MODIFIED if it passes both times, DELETED with the object as it
+/// was (at the change's resourceVersion) if it passed before and no longer
+/// does (or was deleted), and nothing if it passes neither time.
+fn event_for(labels: &Selector, event: &etcd_client::Event) -> Option<Bytes> {
+    let kv = event.kv()?;
+    let revision = kv.mod_revision();
+    let prev = event.prev_kv().map(|p| decode(p.value(), revision));
+    let old_passes = match &prev {
+        Some(prev) => labels.matches(prev),
+        // etcd leaves the previous value out once it is compacted: the
+        // object existed (version > 1, or a delete), and without a selector
+        // it passed; with one, what it was is unknown and it is taken as
+        // not passing.
+        None => {
+            labels.is_everything() && (event.event_type() == EventType::Delete || kv.version() > 1)
+        }
+    };
+    let current = match event.event_type() {
+        EventType::Put => Some(decode(kv.value(), revision)),
+        EventType::Delete => None,
+    };
+    let cur_passes = current.as_ref().is_some_and(|c| labels.matches(c));
+    match (cur_passes, old_passes) {
+        (true, false) => Some(line("ADDED", current.as_ref()?)),
+        (true, true) => Some(line("MODIFIED", current.as_ref()?)),
+        (false, true) => Some(line(
+            "DELETED",
+            &prev.unwrap_or_else(|| decode(b"{}", revision)),
+        )),
+        (false, false) => None,
+    }
+}
+
 pub(crate) async fn watch(
     store: Store,
-    ns: String,
-    name: Option<String>,
+    target: Target,
     rv: Option<i64>,
     bookmarks: bool,
     timeout: Duration,
     user_agent: String,
 ) -> Response {
+    let Target { ns, name, labels } = target;
     let (watch_key, with_prefix) = match &name {
         Some(name) => (key(&ns, name), false),
         None => (prefix(&ns), true),
@@ -126,7 +172,8 @@ pub(crate) async fn watch(
         }
         None => match store.list(&ns, name.as_deref()).await {
             Ok((items, revision)) => {
-                initial = items.iter().map(|o| line("ADDED", o)).collect();
+                let selected = items.iter().filter(|o| labels.matches(o));
+                initial = selected.map(|o| line("ADDED", o)).collect();
                 revision + 1
             }
             Err(e) => return status::etcd_failure(e),
@@ -193,20 +240,9 @@ pub(crate) async fn watch(
                 continue;
             }
             for event in answer.events() {
-                let Some(kv) = event.kv() else { continue };
-                let text = match event.event_type() {
-                    EventType::Put => {
-                        let kind = if kv.version() == 1 {
-                            "ADDED"
-                        } else {
-                            "MODIFIED"
-                        };
-                        line(kind, &decode(kv.value(), kv.mod_revision()))
-                    }
-                    EventType::Delete => {
-                        let prev = event.prev_kv().map(|p| p.value()).unwrap_or(b"{}");
-                        line("DELETED", &decode(prev, kv.mod_revision()))
-                    }
+                // Only the events sent are counted as served.
+                let Some(text) = event_for(&labels, event) else {
+                    continue;
                 };
                 if tx.send(text).await.is_err() {
                     return;

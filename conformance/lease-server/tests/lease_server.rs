@@ -128,11 +128,12 @@ async fn create_get_update_delete_and_their_failures() {
     assert_eq!(code, 201, "{recreated}");
     assert_eq!(recreated["spec"]["holderIdentity"], "y");
     assert_ne!(recreated["metadata"]["uid"], updated["metadata"]["uid"]);
-    // Five etcd transactions: two creates by POST (one refused by etcd as
-    // AlreadyExists), the update, the delete, the create by PUT. The stale
-    // PUT, the 422, the second delete and the PUT with a failed precondition
-    // were refused on a read, before any write.
-    assert_eq!(f.server.writes(), 5);
+    // Four committed etcd writes: the create by POST, the update, the
+    // delete, the create by PUT. The second POST's transaction was refused
+    // by etcd (AlreadyExists) and wrote nothing; the stale PUT, the 422, the
+    // second delete and the PUT with a failed precondition were refused on
+    // a read, before any write.
+    assert_eq!(f.server.writes(), 4);
 }
 
 /// A stale PUT is refused with 409 before any etcd write, as kube-apiserver's
