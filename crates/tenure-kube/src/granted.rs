@@ -14,7 +14,10 @@ use crate::renew_time::NewestSecond;
 /// last wrote it, and the watch of it (own.rs).
 pub struct KubeGrant {
     pub(crate) term: Term,
-    pub(crate) last: Mutex<Ours>,
+    /// Shared with the watch of our own Lease (own.rs), which brings it up
+    /// to date when someone else writes the Lease within our term (a
+    /// waiter naming itself next in line changes a label).
+    pub(crate) last: Arc<Mutex<Ours>>,
     /// Set before our release: its write is no news for the watch.
     pub(crate) releasing: Arc<AtomicBool>,
     pub(crate) _own: own::OwnLeaseWatch,

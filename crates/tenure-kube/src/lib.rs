@@ -6,12 +6,33 @@
 // nothing else: the layers in tenure-core check input, trace, and run
 // every operation on the heartbeat runtime.
 //
+// Waiting (issue 27): a waiter must not hear of every change, or a hundred
+// of them turn each write into a hundred watch events and a hundred racing
+// writes. So the Lease names the next two waiters in labels
+// (`tenure.dev/next-<tag>`), each waiter watches it with a label selector on
+// its own label (the API server sends it nothing while it is not named),
+// and the rest wait in the annotations of a sibling Lease, `<key>-queue`
+// (merge patches: joining never conflicts with renewals). The first named
+// waiter takes a free Lease at once; the second one grace later, skipping
+// a first that is gone; a waiter not named holds back until every named one
+// had its turn, reads the Lease now and then, and names itself when fewer
+// than two are named. Whoever takes the Lease over names the next waiters
+// from the queue in the same write. Only liveness and cost depend on this:
+// every take-over is still a compare-and-swap on what its writer judged
+// free or expired by its own clock, and a holder's deadline still counts
+// from its send; labels and annotations are never authority. client-go
+// ignores them and keeps them when it writes.
+//
 //   lib.rs         KubeBackend: options, connect, the HeartbeatBackend impl
 //   record.rs      client-go's field use, and what tells two terms apart
 //   renew_time.rs  renewTime as a client-go peer sees it: to the second
 //   fencing.rs     tokens from the resourceVersion a grant was written against
 //   guard.rs       a granting write whose answer was never read, undone
-//   observe.rs     expiry by the observer's own clock; waiting by watching
+//   observe.rs     expiry by the observer's own clock; watching a Lease
+//                  (with a label selector, filtered as kube-apiserver does)
+//   waiting.rs     a waiter's place in line: named, queued, withdrawn
+//   nominees.rs    the labels naming the next waiters; who holds back how long
+//   queue.rs       the queue Lease: joining, leaving, reading the line
 //   own.rs         a holder watches its own Lease (deleted or taken: lost)
 //   granted.rs     what a granted lease carries (KubeGrant)
 //   error.rs       kube client errors as tenure's, retryable or not
@@ -21,11 +42,14 @@ mod error;
 mod fencing;
 mod granted;
 mod guard;
+mod nominees;
 mod observe;
 mod own;
+mod queue;
 mod record;
 mod renew_time;
 mod url;
+mod waiting;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -104,10 +128,20 @@ pub type KubeLeaseBackend = KubeBackend;
 /// Fencing token: by default derived from the resourceVersion of the
 /// granting write, which survives the Lease being deleted and created again
 /// (Kubernetes 1.35 and later); `leaseTransitions` as an option for older
-/// clusters ([`Fencing`]). Waiting candidates watch the Lease, so all of
-/// them wake on a change: the wait is not herd-free.
+/// clusters ([`Fencing`]). Waiting candidates wait in line: the Lease
+/// names the next two in labels, the others wait in the annotations of a
+/// sibling Lease, `<key>-queue`, and hear nothing of the Lease until it
+/// names them, so a leadership change costs a few requests, not a few per
+/// waiter (the crate's README says how, and what a client-go peer sees).
 #[derive(Clone)]
 pub struct KubeBackend {
+    /// Behind an `Arc`: tenure's layers take a copy of the backend for
+    /// every operation.
+    inner: Arc<Inner>,
+}
+
+/// What a [`KubeBackend`] and its copies share.
+struct Inner {
     api: Api<KubeLease>,
     namespace: String,
     options: KubeOptions,
@@ -117,8 +151,8 @@ pub struct KubeBackend {
 impl std::fmt::Debug for KubeBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeBackend")
-            .field("namespace", &self.namespace)
-            .field("options", &self.options)
+            .field("namespace", &self.inner.namespace)
+            .field("options", &self.inner.options)
             .finish_non_exhaustive()
     }
 }
@@ -151,10 +185,12 @@ impl KubeBackend {
     pub fn new(client: Client, namespace: impl Into<String>, options: KubeOptions) -> Self {
         let namespace = namespace.into();
         KubeBackend {
-            api: Api::namespaced(client, &namespace),
-            namespace,
-            options,
-            observations: Default::default(),
+            inner: Arc::new(Inner {
+                api: Api::namespaced(client, &namespace),
+                namespace,
+                options,
+                observations: Default::default(),
+            }),
         }
     }
 
@@ -200,24 +236,27 @@ impl KubeBackend {
 
     /// The namespace its Leases live in.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        &self.inner.namespace
     }
 
     /// The Lease API of this backend's namespace.
     pub fn api(&self) -> &Api<KubeLease> {
-        &self.api
+        &self.inner.api
     }
 
     fn timeout(&self, ttl: Duration) -> Duration {
-        self.options.request_timeout.min(ttl)
+        self.inner.options.request_timeout.min(ttl)
     }
 
     async fn get(&self, name: &str, after: Duration) -> Result<Option<KubeLease>> {
-        bounded("get lease", after, self.api.get_opt(name))
+        bounded("get lease", after, self.inner.api.get_opt(name))
             .await?
             .map_err(error::map)
     }
 
+    /// One attempt, or (`Wait`) a wait in line (waiting.rs) until the
+    /// Lease is free or expired and this candidate's turn has come; every
+    /// grant a compare-and-swap on what it judged free.
     async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         let name = candidacy.key().as_str();
         let me = candidacy.identity().as_str();
@@ -226,12 +265,20 @@ impl KubeBackend {
         // The Lease as the last watch event (or our own create) showed it,
         // if that is all we need.
         let mut delivered: Option<Option<KubeLease>> = None;
+        let mut waiter = (mode == AcquireMode::Wait)
+            .then(|| waiting::Waiter::new(self.inner.api.clone(), candidacy, after));
         let mut watch = observe::LeaseWatch::new(
-            self.api.clone(),
+            self.inner.api.clone(),
             name,
             observe::user_agent("waiting", Some(me)),
         )
         .telling(candidacy);
+        if let Some(waiter) = &waiter {
+            // Told of the Lease's changes only while it names us.
+            watch = watch.selecting(waiter.label());
+        }
+        // Whether the watch tells of every change.
+        let mut whole = waiter.is_none();
         // A waiting candidate waits through an apiserver's transient errors
         // (a 500 while its etcd restarts, a 429, a broken connection),
         // reading again with back-off: waiting is its job.
@@ -257,11 +304,12 @@ impl KubeBackend {
                 },
             };
             let Some(observed) = observed else {
-                if self.options.fencing == Fencing::ResourceVersion {
+                if self.inner.options.fencing == Fencing::ResourceVersion {
                     // Created free, then taken over like any free Lease:
                     // the take-over's compare-and-swap gives the token.
                     let lease = record::vacant(name);
-                    match bounded("create lease", after, self.api.create(&pp, &lease)).await? {
+                    match bounded("create lease", after, self.inner.api.create(&pp, &lease)).await?
+                    {
                         Ok(created) => delivered = Some(Some(created)),
                         Err(e) => match refused(e) {
                             Refused::Conflict | Refused::NotFound => {}
@@ -272,10 +320,16 @@ impl KubeBackend {
                 }
                 let sent_at = Instant::now();
                 let lease = record::new_lease(name, me, candidacy.ttl());
-                let guard = GrantGuard::arm(&self.api, name, &lease, after);
-                let answer = bounded("create lease", after, self.api.create(&pp, &lease)).await?;
+                let guard = GrantGuard::arm(&self.inner.api, name, &lease, after);
+                let answer =
+                    bounded("create lease", after, self.inner.api.create(&pp, &lease)).await?;
                 match answered(guard, answer) {
-                    Ok(written) => return Ok(self.granted(candidacy, written, None, sent_at)),
+                    Ok(written) => {
+                        if let Some(waiter) = waiter.take() {
+                            waiter.granted(Vec::new());
+                        }
+                        return Ok(self.granted(candidacy, written, None, sent_at));
+                    }
                     Err(e) => match refused(e) {
                         Refused::Conflict | Refused::NotFound => continue,
                         Refused::Other(e) => return Err(e),
@@ -283,11 +337,33 @@ impl KubeBackend {
                 }
             };
             let rec = Record::of(&observed);
-            let since = self.observations.seen(name, &rec.resource_version);
+            let since = self.inner.observations.seen(name, &rec.resource_version);
             let expires = since + rec.duration;
             if rec.holder.is_empty() || Instant::now() >= expires {
+                // Free since we first saw it so, or expired by our clock;
+                // a waiter lets those before it in line go first.
+                let free_from = if rec.holder.is_empty() {
+                    since
+                } else {
+                    expires
+                };
+                let hold_back = waiter.as_ref().map(|w| w.hold_back(&observed));
+                let due = free_from + hold_back.unwrap_or_default();
+                if let Some(waiter) = waiter.as_ref().filter(|_| Instant::now() < due) {
+                    watch.knowing(waiter.position(&observed).is_some());
+                    if let observe::Change::Seen(now) =
+                        watch.changed(&rec.resource_version, Some(due)).await
+                    {
+                        delivered = Some(now.map(|lease| *lease));
+                    }
+                    continue;
+                }
                 let mut lease = record::granted(&observed, me, candidacy.ttl());
-                let token = match self.options.fencing {
+                let skipped = match waiter.as_mut() {
+                    Some(waiter) => waiter.hand_on(&mut lease, &observed).await,
+                    None => Vec::new(),
+                };
+                let token = match self.inner.options.fencing {
                     Fencing::ResourceVersion => {
                         let token = fencing::next_token(&observed)?;
                         fencing::stamp(&mut lease, token);
@@ -299,16 +375,31 @@ impl KubeBackend {
                     }
                 };
                 let sent_at = Instant::now();
-                let guard = GrantGuard::arm(&self.api, name, &lease, after);
-                let answer =
-                    bounded("take lease", after, self.api.replace(name, &pp, &lease)).await?;
+                let guard = GrantGuard::arm(&self.inner.api, name, &lease, after);
+                let answer = bounded(
+                    "take lease",
+                    after,
+                    self.inner.api.replace(name, &pp, &lease),
+                )
+                .await?;
                 match answered(guard, answer) {
-                    Ok(written) => return Ok(self.granted(candidacy, written, token, sent_at)),
+                    Ok(written) => {
+                        if let Some(waiter) = waiter.take() {
+                            waiter.granted(skipped);
+                        }
+                        return Ok(self.granted(candidacy, written, token, sent_at));
+                    }
                     Err(e) => match refused(e) {
-                        Refused::Conflict if watch.follows(&rec.resource_version) => {
+                        Refused::Conflict
+                            if (whole || named_in(&waiter, &observed))
+                                && watch.follows(&rec.resource_version) =>
+                        {
                             // Another write came first; it is the next event on
-                            // the watch we took this state from: no read needed.
+                            // the watch we took this state from (which tells
+                            // us of every change while the Lease names us):
+                            // no read needed.
                             let until = Instant::now() + after;
+                            watch.knowing(named_in(&waiter, &observed));
                             if let observe::Change::Seen(now) =
                                 watch.changed(&rec.resource_version, Some(until)).await
                             {
@@ -323,13 +414,30 @@ impl KubeBackend {
             }
             let holder = LeaderInfo {
                 identity: tenure_core::CandidateId::new(&rec.holder)?,
-                token: fencing::token_of(&observed, self.options.fencing),
+                token: fencing::token_of(&observed, self.inner.options.fencing),
             };
-            if mode == AcquireMode::Once {
+            let Some(waiter) = waiter.as_mut() else {
                 return Ok(Acquisition::Held(holder));
+            };
+            match waiter.settle_in(&observed, &mut watch).await {
+                waiting::Step::LookAgain => continue,
+                // Waits from the look: the watch tells of our own write next.
+                waiting::Step::Named | waiting::Step::Wait => {}
             }
+            if waiter.hears_all() && !whole {
+                // It cannot join the queue: it watches the whole Lease.
+                whole = true;
+                watch = observe::LeaseWatch::new(
+                    self.inner.api.clone(),
+                    name,
+                    observe::user_agent("waiting", Some(me)),
+                )
+                .telling(candidacy);
+            }
+            let until = waiter.until(&observed, expires);
+            watch.knowing(waiter.position(&observed).is_some());
             if let observe::Change::Seen(now) =
-                watch.changed(&rec.resource_version, Some(expires)).await
+                watch.changed(&rec.resource_version, Some(until)).await
             {
                 delivered = Some(now.map(|lease| *lease));
             }
@@ -346,7 +454,8 @@ impl KubeBackend {
         sent_at: Instant,
     ) -> Acquisition {
         let rec = Record::of(&written);
-        self.observations
+        self.inner
+            .observations
             .seen(candidacy.key().as_str(), &rec.resource_version);
         let token = token.unwrap_or(rec.transitions.max(0) as u64);
         let (signal, releasing) = (LossSignal::new(), Arc::new(AtomicBool::new(false)));
@@ -356,19 +465,23 @@ impl KubeBackend {
         if counted.is_none() {
             signal.fire(LossReason::Revoked);
         }
+        let last = Arc::new(Mutex::new(Ours {
+            newest: NewestSecond::granted(&written, sent_at),
+            lease: record::trimmed(written.clone()),
+        }));
         let own = own::watch(
-            self.api.clone(),
+            self.inner.api.clone(),
             &written,
-            releasing.clone(),
+            own::Told {
+                releasing: releasing.clone(),
+                signal: signal.clone(),
+                last: Arc::downgrade(&last),
+            },
             self.timeout(candidacy.ttl()),
-            signal.clone(),
         );
         let held = KubeGrant {
             term: Term::of(&written),
-            last: Mutex::new(Ours {
-                newest: NewestSecond::granted(&written, sent_at),
-                lease: written,
-            }),
+            last,
             releasing,
             _own: own,
         };
@@ -415,13 +528,13 @@ impl KubeBackend {
             match bounded(
                 operation,
                 after,
-                self.api.replace(name, &PostParams::default(), &next),
+                self.inner.api.replace(name, &PostParams::default(), &next),
             )
             .await?
             {
                 Ok(written) => {
                     let from = record::counted_from(from, lease.ttl(), &written);
-                    last.lease = written;
+                    last.lease = record::trimmed(written);
                     // None: what the server stored grants no time at all.
                     return Ok(from.ok_or(LossReason::Revoked));
                 }
@@ -435,7 +548,7 @@ impl KubeBackend {
                         if Term::of(&now) != held.term {
                             return Ok(Err(LossReason::TakenOver));
                         }
-                        last.lease = now;
+                        last.lease = record::trimmed(now);
                     }
                 },
             }
@@ -502,7 +615,7 @@ impl Looks for LeaseLooks {
             Some(observed) => observed,
             None => {
                 backend
-                    .get(&self.name, backend.options.request_timeout)
+                    .get(&self.name, backend.inner.options.request_timeout)
                     .await?
             }
         };
@@ -510,12 +623,15 @@ impl Looks for LeaseLooks {
             None => (LeaderEvent::Vacant, "0".to_owned(), None),
             Some(lease) => {
                 let rec = Record::of(lease);
-                let since = backend.observations.seen(&self.name, &rec.resource_version);
+                let since = backend
+                    .inner
+                    .observations
+                    .seen(&self.name, &rec.resource_version);
                 let expires = since + rec.duration;
                 let event = match tenure_core::CandidateId::new(&rec.holder) {
                     Ok(identity) if Instant::now() < expires => LeaderEvent::Elected(LeaderInfo {
                         identity,
-                        token: fencing::token_of(lease, backend.options.fencing),
+                        token: fencing::token_of(lease, backend.inner.options.fencing),
                     }),
                     _ => LeaderEvent::Vacant,
                 };
@@ -526,6 +642,11 @@ impl Looks for LeaseLooks {
         self.seen = Some((rv, until));
         Ok(event)
     }
+}
+
+/// Whether `lease` names `waiter` next in line.
+fn named_in(waiter: &Option<waiting::Waiter>, lease: &KubeLease) -> bool {
+    waiter.as_ref().is_some_and(|w| w.position(lease).is_some())
 }
 
 /// The answer of a granting write, read: its guard stands down if the
@@ -557,7 +678,7 @@ impl HeartbeatBackend for KubeBackend {
         // Expiry as client-go judges it: by our own clock, from the last change we saw.
         caps.expiry_judged_by_observer = true;
         // leaseTransitions starts again at 0 in a Lease created anew.
-        caps.tokens_survive_state_loss = self.options.fencing == Fencing::ResourceVersion;
+        caps.tokens_survive_state_loss = self.inner.options.fencing == Fencing::ResourceVersion;
         // Each holder watches its own Lease (own.rs).
         caps.holder_watches_own_record = true;
         caps
@@ -594,7 +715,7 @@ impl HeartbeatBackend for KubeBackend {
     async fn watch(&self, key: ElectionKey) -> Result<BoxStream<'static, Result<LeaderEvent>>> {
         let name = key.as_str().to_owned();
         let watch = observe::LeaseWatch::new(
-            self.api.clone(),
+            self.inner.api.clone(),
             &name,
             observe::user_agent("observer", None),
         );

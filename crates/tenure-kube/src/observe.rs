@@ -134,10 +134,14 @@ fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
 
 type Events = BoxStream<'static, Result<WatchEvent<Lease>, Failure>>;
 
-fn params_for(name: &str) -> WatchParams {
-    WatchParams::default()
+fn params_for(name: &str, selector: Option<&str>) -> WatchParams {
+    let params = WatchParams::default()
         .fields(&format!("metadata.name={name}"))
-        .timeout(290)
+        .timeout(290);
+    match selector {
+        Some(label) => params.labels(label),
+        None => params,
+    }
 }
 
 /// Sends `request`; a 2xx answer's body, or the failure.
@@ -262,7 +266,7 @@ impl Retry {
         if self.failures >= WARN_AFTER && due {
             self.warned = Some(Instant::now());
             let hint = if failure.is_forbidden() {
-                "; tenure needs get, list, watch, create and update on leases.coordination.k8s.io"
+                "; tenure needs get, list, watch, create, update and patch on leases.coordination.k8s.io"
             } else {
                 ""
             };
@@ -326,6 +330,8 @@ struct Target {
     name: String,
     /// Whom the watch is for ([`user_agent`]).
     user_agent: http::HeaderValue,
+    /// The label the watch selects on, if any (never the list's).
+    selector: Option<String>,
 }
 
 impl Target {
@@ -338,7 +344,10 @@ impl Target {
 
     async fn start(&self, resource_version: &str) -> Result<Events, Failure> {
         let request = kube::core::Request::new(&self.url)
-            .watch(&params_for(&self.name), resource_version)
+            .watch(
+                &params_for(&self.name, self.selector.as_deref()),
+                resource_version,
+            )
             .map_err(|e| Failure::from(kube::Error::BuildRequest(e)))?;
         let body = send(&self.client, self.agent(request), "watch").await?;
         Ok(events(body))
@@ -390,21 +399,39 @@ impl Target {
 /// every 100 ms. So a release that lands just after a renewal would reach a
 /// standby up to 100 ms late. Kept open, the stream carries the release as
 /// soon as it is written; and a waiting candidate makes one request per
-/// wait, not one per renewal it sees.
+/// wait, not one per renewal it sees. A deadline that passes leaves the
+/// stream open for the next wait.
 ///
 /// A watch or list that fails (403, 429, 5xx, a broken connection) is tried
 /// again after a back-off ([`Retry`]) that honours `Retry-After`; a 410 Gone,
 /// as an answer or as an ERROR event, is followed by a list.
+///
+/// A watch may select on a label ([`selecting`](Self::selecting)): then,
+/// as kube-apiserver's watch cache does for a label selector, it tells of a
+/// change only if the Lease carries the label after it or carried it
+/// before; a change that removes the label (a DELETED event from such a
+/// server) is told as [`Change::Unknown`], to be read. The filter is
+/// applied here as well, so a server that sends every change (the Lease
+/// test server) tells the caller no more than kube-apiserver would.
 pub(crate) struct LeaseWatch {
     target: Target,
     name: String,
-    /// The open stream and the resourceVersion of the last event it gave.
+    /// The open stream and the resourceVersion of the last event it told.
     open: Option<(String, Events)>,
     /// A watch [`open`](Self::open) could not start, from that resourceVersion.
     refused: Option<(String, Failure)>,
     retry: Retry,
     /// Whose health hears of failures that persist (a waiting candidate's).
     tell: Option<Candidacy>,
+    /// With a label selector: whether the Lease as the caller last knew it
+    /// carried the label.
+    labelled: bool,
+}
+
+/// Whether resourceVersion `a` is not after `b` (equal, or both integers
+/// and `a` the smaller).
+fn not_after(a: &str, b: &str) -> bool {
+    a == b || matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a <= b)
 }
 
 impl LeaseWatch {
@@ -416,12 +443,14 @@ impl LeaseWatch {
                 client: api.into_client(),
                 name: name.to_owned(),
                 user_agent,
+                selector: None,
             },
             name: name.to_owned(),
             open: None,
             refused: None,
             retry: Retry::default(),
             tell: None,
+            labelled: false,
         }
     }
 
@@ -432,11 +461,33 @@ impl LeaseWatch {
         self
     }
 
+    /// The same watch, selecting on the label `label` (its presence).
+    pub(crate) fn selecting(mut self, label: String) -> LeaseWatch {
+        self.target.selector = Some(label);
+        self
+    }
+
+    /// Says whether the Lease as the caller knows it now (the
+    /// resourceVersion it waits from next) carries the selected label.
+    pub(crate) fn knowing(&mut self, labelled: bool) {
+        self.labelled = labelled;
+    }
+
     /// Whether a watch is open and its last event was at `resource_version`.
     pub(crate) fn follows(&self, resource_version: &str) -> bool {
         self.open
             .as_ref()
             .is_some_and(|(rv, _)| rv == resource_version)
+    }
+
+    /// Whether the open stream can tell the changes after
+    /// `resource_version`: it is there, or, selecting on a label, before
+    /// it (the changes between, which the caller knows of, are passed over).
+    fn goes_on_to(&self, resource_version: &str) -> bool {
+        let selecting = self.target.selector.is_some();
+        self.open.as_ref().is_some_and(|(rv, _)| {
+            rv == resource_version || (selecting && not_after(rv, resource_version))
+        })
     }
 
     /// Opens the watch from `resource_version` now, unless it is open
@@ -446,7 +497,7 @@ impl LeaseWatch {
     /// [`changed`](Self::changed) from there: that one backs off (or lists,
     /// after a 410).
     pub(crate) async fn open(&mut self, resource_version: &str) {
-        if self.follows(resource_version) {
+        if self.goes_on_to(resource_version) {
             return;
         }
         match self.target.start(resource_version).await {
@@ -456,16 +507,13 @@ impl LeaseWatch {
     }
 
     /// Backs off after `failure` of `what`; the caller reads again.
-    async fn failed(
-        &mut self,
-        what: &'static str,
-        failure: Failure,
-    ) -> (Change, Option<(String, Events)>) {
+    async fn failed(&mut self, what: &'static str, failure: Failure) -> Change {
+        self.open = None;
         let delay = self
             .retry
             .failed(&self.name, what, &failure, self.tell.as_ref());
         tokio::time::sleep(delay).await;
-        (Change::Unknown, None)
+        Change::Unknown
     }
 
     /// Waits until the Lease changes after `resource_version` (or is
@@ -473,67 +521,122 @@ impl LeaseWatch {
     /// The changed object comes with the event, so the caller need not read
     /// it again: one request fewer on every hand-over. The stream stays open
     /// for the next call if that call goes on from the event this one
-    /// returned.
+    /// returned (or, if `until` passed, from where this one started).
     pub(crate) async fn changed(
         &mut self,
         resource_version: &str,
         until: Option<Instant>,
     ) -> Change {
-        let open = self.open.take();
-        let (change, open) = match until {
-            Some(until) => tokio::time::timeout_at(until, self.wait(open, resource_version))
+        match until {
+            Some(until) => tokio::time::timeout_at(until, self.wait(resource_version))
                 .await
-                .unwrap_or((Change::Unknown, None)),
-            None => self.wait(open, resource_version).await,
-        };
-        self.open = open;
-        change
+                .unwrap_or(Change::Unknown),
+            None => self.wait(resource_version).await,
+        }
     }
 
-    async fn wait(
-        &mut self,
-        open: Option<(String, Events)>,
-        resource_version: &str,
-    ) -> (Change, Option<(String, Events)>) {
-        let refused = self.refused.take().filter(|(rv, _)| rv == resource_version);
-        let started = match (open, refused) {
-            (Some((rv, stream)), _) if rv == resource_version => Ok(stream),
-            (_, Some((_, failure))) => Err(failure),
-            _ => self.target.start(resource_version).await,
-        };
-        let mut relisted = false;
-        let mut stream = match started {
-            Ok(stream) => stream,
-            // An HTTP 410 (an older apiserver, a proxy) means what the
-            // ERROR event means.
-            Err(failure) if failure.is_expired() => {
-                relisted = true;
-                match self.target.relist(resource_version).await {
-                    Ok(Relisted::Changed(now)) => {
-                        self.retry.succeeded(&self.name);
-                        return (Change::Seen(now), None);
-                    }
-                    Ok(Relisted::Watching(stream)) => stream,
-                    Err(failure) => return self.failed("list", failure).await,
-                }
+    /// Lists after a 410 Gone: the Lease if it changed since
+    /// `resource_version`; else the watch goes on from the list.
+    async fn relist(&mut self, resource_version: &str) -> Option<Change> {
+        match self.target.relist(resource_version).await {
+            Ok(Relisted::Changed(now)) => {
+                self.retry.succeeded(&self.name);
+                Some(Change::Seen(now))
             }
-            Err(failure) => return self.failed("watch", failure).await,
-        };
-        let opened = Instant::now();
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(WatchEvent::Bookmark(_)) => {
-                    self.retry.succeeded(&self.name);
-                    continue;
+            Ok(Relisted::Watching(stream)) => {
+                self.open = Some((resource_version.to_owned(), stream));
+                None
+            }
+            Err(failure) => Some(self.failed("list", failure).await),
+        }
+    }
+
+    /// [`changed`](Self::changed) without its deadline. The stream lives in
+    /// `self.open` while it is read, so a deadline that cuts the wait short
+    /// leaves it there.
+    async fn wait(&mut self, resource_version: &str) -> Change {
+        let refused = self.refused.take().filter(|(rv, _)| rv == resource_version);
+        let mut relisted = false;
+        let mut opened = None;
+        if !self.goes_on_to(resource_version) {
+            self.open = None;
+            let started = match refused {
+                Some((_, failure)) => Err(failure),
+                None => self.target.start(resource_version).await,
+            };
+            match started {
+                Ok(stream) => self.open = Some((resource_version.to_owned(), stream)),
+                // An HTTP 410 (an older apiserver, a proxy) means what the
+                // ERROR event means.
+                Err(failure) if failure.is_expired() => {
+                    relisted = true;
+                    if let Some(change) = self.relist(resource_version).await {
+                        return change;
+                    }
                 }
+                Err(failure) => return self.failed("watch", failure).await,
+            }
+            opened = Some(Instant::now());
+        }
+        let selector = self.target.selector.clone();
+        loop {
+            let Some((_, stream)) = self.open.as_mut() else {
+                return Change::Unknown;
+            };
+            let Some(event) = stream.next().await else {
+                break;
+            };
+            match event {
+                Ok(WatchEvent::Bookmark(_)) => self.retry.succeeded(&self.name),
                 Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
                     self.retry.succeeded(&self.name);
                     let rv = lease.metadata.resource_version.clone().unwrap_or_default();
-                    return (Change::Seen(Some(Box::new(lease))), Some((rv, stream)));
+                    let Some(label) = &selector else {
+                        self.open.as_mut().expect("open").0 = rv;
+                        return Change::Seen(Some(Box::new(lease)));
+                    };
+                    if not_after(&rv, resource_version) {
+                        // The caller knows of it already.
+                        continue;
+                    }
+                    let labelled = lease
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(label));
+                    if !labelled && !self.labelled {
+                        // Neither before nor after: a server that filters
+                        // would not have sent it.
+                        continue;
+                    }
+                    self.labelled = labelled;
+                    self.open.as_mut().expect("open").0 = rv;
+                    if !labelled {
+                        // The label is gone: a filtering server tells this
+                        // as DELETED, with the Lease as it was. Read it.
+                        return Change::Unknown;
+                    }
+                    return Change::Seen(Some(Box::new(lease)));
                 }
-                Ok(WatchEvent::Deleted(_)) => {
+                Ok(WatchEvent::Deleted(lease)) => {
                     self.retry.succeeded(&self.name);
-                    return (Change::Seen(None), None);
+                    let Some(label) = &selector else {
+                        self.open = None;
+                        return Change::Seen(None);
+                    };
+                    let labelled = lease
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(label));
+                    if !labelled && !self.labelled {
+                        // Not labelled before: a server that filters
+                        // would not have sent it.
+                        continue;
+                    }
+                    // Deleted, or no longer labelled: read it.
+                    self.open = None;
+                    return Change::Unknown;
                 }
                 Ok(WatchEvent::Error(e)) => {
                     return self
@@ -542,27 +645,24 @@ impl LeaseWatch {
                 }
                 Err(failure) if failure.is_expired() && !relisted => {
                     relisted = true;
-                    match self.target.relist(resource_version).await {
-                        Ok(Relisted::Changed(now)) => {
-                            self.retry.succeeded(&self.name);
-                            return (Change::Seen(now), None);
-                        }
-                        Ok(Relisted::Watching(from_list)) => stream = from_list,
-                        Err(failure) => return self.failed("list", failure).await,
+                    self.open = None;
+                    if let Some(change) = self.relist(resource_version).await {
+                        return change;
                     }
                 }
                 Err(failure) => return self.failed("watch", failure).await,
             }
         }
+        self.open = None;
         // The server ended the watch. One that ends as soon as it starts
         // (a proxy that closes it, a server going away) is a failure too.
-        if opened.elapsed() < Duration::from_secs(1) {
+        if opened.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
             let ended = Failure::from(kube::Error::Service(
                 "the watch ended as soon as it started".into(),
             ));
             return self.failed("watch", ended).await;
         }
-        (Change::Unknown, None)
+        Change::Unknown
     }
 }
 

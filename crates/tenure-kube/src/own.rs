@@ -4,17 +4,19 @@
 //! the next renewal, up to a third of the TTL later.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::Api;
 use tenure_core::hosted::bounded;
 use tenure_core::{LossReason, LossSignal};
+use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
+use crate::granted::Ours;
 use crate::observe::{Change, LeaseWatch};
-use crate::record::Term;
+use crate::record::{self, Term};
 
 /// The watch of one holder's Lease; it stops when this is dropped (with the
 /// lease's last handle).
@@ -26,19 +28,35 @@ impl Drop for OwnLeaseWatch {
     }
 }
 
+/// Whom the watch of our own Lease tells what.
+pub(crate) struct Told {
+    /// Set before our own release: its write is no news.
+    pub releasing: Arc<AtomicBool>,
+    /// Fired when the Lease is deleted or holds another term.
+    pub signal: LossSignal,
+    /// The Lease as we last wrote it: a newer version of our term that
+    /// someone else wrote (a label naming a waiter) replaces it, so that
+    /// our next write does not meet a conflict.
+    pub last: Weak<Mutex<Ours>>,
+}
+
 /// Starts watching the Lease `written` by our granting write, on the
-/// heartbeat runtime, which drives the client. Its deletion fires `signal`
-/// with [`LossReason::Deleted`]; another term in it (holder, acquireTime or
-/// leaseTransitions changed), with [`LossReason::TakenOver`]. Our own
-/// renewals keep the term, and once `releasing` is set (our own release
-/// writes the Lease vacant) nothing is reported.
+/// heartbeat runtime, which drives the client. Its deletion fires the
+/// signal with [`LossReason::Deleted`]; another term in it (holder,
+/// acquireTime or leaseTransitions changed), with [`LossReason::TakenOver`].
+/// Our own renewals keep the term, and once `releasing` is set (our own
+/// release writes the Lease vacant) nothing is reported.
 pub(crate) fn watch(
     api: Api<KubeLease>,
     written: &KubeLease,
-    releasing: Arc<AtomicBool>,
+    told: Told,
     request_timeout: Duration,
-    signal: LossSignal,
 ) -> OwnLeaseWatch {
+    let Told {
+        releasing,
+        signal,
+        last,
+    } = told;
     let name = written.metadata.name.clone().unwrap_or_default();
     let rv = written
         .metadata
@@ -47,7 +65,7 @@ pub(crate) fn watch(
         .unwrap_or_default();
     let term = Term::of(written);
     let task = async move {
-        let reason = until_lost(&api, &name, rv, &term, request_timeout).await;
+        let reason = until_lost(&api, &name, rv, &term, &last, request_timeout).await;
         if releasing.load(Ordering::SeqCst) {
             return;
         }
@@ -61,12 +79,32 @@ pub(crate) fn watch(
     OwnLeaseWatch(tenure_core::heartbeat_runtime().spawn(task).abort_handle())
 }
 
+/// `now`, a version of our term, as the base of our next write, if it is
+/// newer than the one we have and no write of ours is on its way (whose
+/// answer will be newer still).
+fn bring_up_to_date(last: &Weak<Mutex<Ours>>, now: &KubeLease) {
+    let Some(last) = last.upgrade() else { return };
+    let Ok(mut ours) = last.try_lock() else {
+        return;
+    };
+    let version = |l: &KubeLease| {
+        let rv = l.metadata.resource_version.as_deref().unwrap_or_default();
+        rv.parse::<u64>().ok()
+    };
+    if let (Some(theirs), Some(mine)) = (version(now), version(&ours.lease)) {
+        if theirs > mine && Term::of(now) == Term::of(&ours.lease) {
+            ours.lease = record::trimmed(now.clone());
+        }
+    }
+}
+
 /// Waits until the Lease is deleted or holds another term.
 async fn until_lost(
     api: &Api<KubeLease>,
     name: &str,
     mut rv: String,
     term: &Term,
+    last: &Weak<Mutex<Ours>>,
     request_timeout: Duration,
 ) -> LossReason {
     let agent = crate::observe::user_agent("holder", None);
@@ -108,8 +146,12 @@ async fn until_lost(
         match watch.changed(&rv, None).await {
             Change::Seen(None) => return LossReason::Deleted,
             Change::Seen(Some(now)) if Term::of(&now) != *term => return LossReason::TakenOver,
-            // One of our renewals: watch on from it.
-            Change::Seen(Some(now)) => rv = now.metadata.resource_version.unwrap_or_default(),
+            // One of our renewals, or a label someone else wrote: watch on
+            // from it.
+            Change::Seen(Some(now)) => {
+                bring_up_to_date(last, &now);
+                rv = now.metadata.resource_version.unwrap_or_default();
+            }
             // The watch failed (after its back-off) or ended: look again.
             Change::Unknown => look = true,
         }

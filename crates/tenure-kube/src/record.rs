@@ -108,9 +108,20 @@ pub(crate) fn vacant(name: &str) -> Lease {
     })
 }
 
+/// `lease` without `metadata.managedFields`, as tenure keeps and sends a
+/// Lease. kube-apiserver keeps the ownership it has when an update carries
+/// none (nil or absent, not `[]`, which would reset it:
+/// managedfields/internal/fieldmanager.go, decodeLiveOrNew), and records
+/// the update as ours; parsing, keeping and sending the entries back on
+/// every renewal would cost time and bytes for nothing.
+pub(crate) fn trimmed(mut lease: Lease) -> Lease {
+    lease.metadata.managed_fields = None;
+    lease
+}
+
 /// `observed` taken over by `holder`: transitions bumped on every new grant.
 pub(crate) fn granted(observed: &Lease, holder: &str, ttl: Duration) -> Lease {
-    let mut lease = observed.clone();
+    let mut lease = trimmed(observed.clone());
     let spec = lease.spec.get_or_insert_with(Default::default);
     spec.holder_identity = Some(holder.to_owned());
     spec.lease_duration_seconds = Some(seconds(ttl));
@@ -124,7 +135,7 @@ pub(crate) fn granted(observed: &Lease, holder: &str, ttl: Duration) -> Lease {
 /// leaseDurationSeconds is written again, as client-go does with every
 /// renewal, so that another writer's duration does not outlive it.
 pub(crate) fn renewed(observed: &Lease, renew_time: MicroTime, ttl: Duration) -> Lease {
-    let mut lease = observed.clone();
+    let mut lease = trimmed(observed.clone());
     let spec = lease.spec.get_or_insert_with(Default::default);
     spec.renew_time = Some(renew_time);
     spec.lease_duration_seconds = Some(seconds(ttl));
@@ -144,7 +155,7 @@ pub(crate) fn counted_from(from: Instant, ttl: Duration, written: &Lease) -> Opt
 /// `observed` released as client-go does it: empty holder and a valid
 /// leaseDurationSeconds of 1 (0 is refused with 422, kubernetes#88194).
 pub(crate) fn released(observed: &Lease) -> Lease {
-    let mut lease = observed.clone();
+    let mut lease = trimmed(observed.clone());
     let spec = lease.spec.get_or_insert_with(Default::default);
     spec.holder_identity = Some(String::new());
     spec.lease_duration_seconds = Some(1);
