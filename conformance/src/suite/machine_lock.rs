@@ -14,6 +14,10 @@ use std::path::Path;
 
 use crate::report::conformance_dir;
 
+/// Set by scripts/test for the processes it runs under a shared hold of
+/// `machine.lock` (its fourth lane).
+const HELD_BY_PARENT: &str = "TENURE_MACHINE_LOCK_HELD";
+
 /// A held lock on the machine; released on drop (closing the file).
 #[derive(Debug)]
 pub(crate) struct MachineLock {
@@ -64,7 +68,19 @@ fn take_blocking(exclusive: bool) -> io::Result<File> {
 impl MachineLock {
     /// Takes the machine, shared or exclusively; where the lock files cannot
     /// be used (a read-only target directory), goes on without, saying so.
+    ///
+    /// A process started under a shared hold of the lock (scripts/test's
+    /// fourth lane sets `TENURE_MACHINE_LOCK_HELD`) would wait forever for
+    /// it exclusively, and so would every other lane's timing case: it
+    /// panics at once instead, naming the fix.
     pub(crate) async fn take(exclusive: bool) -> MachineLock {
+        if exclusive && std::env::var_os(HELD_BY_PARENT).is_some() {
+            panic!(
+                "a timing case cannot take the machine lock exclusively in a process run under \
+                 a shared hold of it ({HELD_BY_PARENT} is set): run this test target in one of \
+                 scripts/test's suite lanes"
+            );
+        }
         match tokio::task::spawn_blocking(move || take_blocking(exclusive)).await {
             Ok(Ok(file)) => MachineLock { _file: Some(file) },
             Ok(Err(e)) => {
