@@ -199,6 +199,54 @@ impl Target {
     }
 }
 
+/// The variable that splits a suite binary's run in two:
+/// `untimed` runs every trial but the cases timed alone on the machine,
+/// `timed` only those. scripts/test runs the suites' untimed trials side by
+/// side, then their timing cases one binary after another, so that no
+/// timing case waits for other binaries' cases to drain (and holds up every
+/// other case while it waits).
+pub const PHASE_VAR: &str = "TENURE_SUITE_CASES";
+
+/// Which trials a run takes: see [`PHASE_VAR`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    All,
+    Untimed,
+    Timed,
+}
+
+impl Phase {
+    fn from_env() -> Result<Phase, String> {
+        Phase::parse(std::env::var_os(PHASE_VAR).as_deref())
+    }
+
+    fn parse(value: Option<&std::ffi::OsStr>) -> Result<Phase, String> {
+        match value.map(|v| v.to_str()) {
+            None => Ok(Phase::All),
+            Some(Some("")) => Ok(Phase::All),
+            Some(Some("untimed")) => Ok(Phase::Untimed),
+            Some(Some("timed")) => Ok(Phase::Timed),
+            Some(_) => Err(format!(
+                "{PHASE_VAR}={:?}: expected `untimed`, `timed`, or unset (every trial)",
+                value.unwrap_or_default()
+            )),
+        }
+    }
+
+    /// Why a trial (a timing case or not) is left to the other phase, if it is.
+    fn elsewhere(self, timed_alone: bool) -> Option<String> {
+        match (self, timed_alone) {
+            (Phase::Untimed, true) => Some(format!(
+                "a timing case: run with {PHASE_VAR}=timed (scripts/test's last phase)"
+            )),
+            (Phase::Timed, false) => Some(format!(
+                "not a timing case: run with {PHASE_VAR}=untimed (scripts/test's first phase)"
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// Runs the suite on `targets` as libtest does with tests (filters, `--list`,
 /// `--test-threads`, `--exact` ...), records every case under
 /// `target/conformance/`, and returns the exit code. Each target's
@@ -220,6 +268,13 @@ pub fn run_targets_with(targets: Vec<Target>, tests: Vec<Trial>) -> ExitCode {
             .expect("a tokio runtime for the suite"),
     );
     let targets: Vec<Arc<Target>> = targets.into_iter().map(Arc::new).collect();
+    let phase = match Phase::from_env() {
+        Ok(phase) => phase,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut trials = Vec::new();
     // The timing cases that want the machine to themselves come last: by
     // then other test binaries run side by side (scripts/test's lanes) are
@@ -231,8 +286,10 @@ pub fn run_targets_with(targets: Vec<Target>, tests: Vec<Trial>) -> ExitCode {
     order.sort_by_key(|(_, case)| case.timed_alone);
     for (target, case) in order {
         let name = target.trial_name(case.name);
-        if let Some(why) = &target.unavailable {
-            let why = why.clone();
+        let why = phase
+            .elsewhere(case.timed_alone)
+            .or_else(|| target.unavailable.clone());
+        if let Some(why) = why {
             trials.push(Trial::ignorable_test(name, move || {
                 Ok(Completion::ignored_with(why))
             }));
@@ -251,8 +308,10 @@ pub fn run_targets_with(targets: Vec<Target>, tests: Vec<Trial>) -> ExitCode {
     for target in &targets {
         for &(name, run) in &target.trials {
             let trial_name = target.trial_name(name);
-            if let Some(why) = &target.unavailable {
-                let why = why.clone();
+            let why = phase
+                .elsewhere(false)
+                .or_else(|| target.unavailable.clone());
+            if let Some(why) = why {
                 trials.push(Trial::ignorable_test(trial_name, move || {
                     Ok(Completion::ignored_with(why))
                 }));
@@ -267,7 +326,15 @@ pub fn run_targets_with(targets: Vec<Target>, tests: Vec<Trial>) -> ExitCode {
             }));
         }
     }
-    trials.extend(tests);
+    match phase.elsewhere(false) {
+        None => trials.extend(tests),
+        Some(why) => trials.extend(tests.into_iter().map(|test| {
+            let why = why.clone();
+            Trial::ignorable_test(test.name().to_owned(), move || {
+                Ok(Completion::ignored_with(why))
+            })
+        })),
+    }
     let conclusion = libtest_mimic::run(&args, trials);
     // The deployments go now (their containers are removed on drop), in
     // the runtime's context for what their clients leave to it.
@@ -317,8 +384,37 @@ mod tests {
             figures: Figures::default(),
             notes: Vec::new(),
             elapsed_ms: 0,
+            waited_ms: 0,
             finished_unix_ms: 0,
         }
+    }
+
+    #[test]
+    fn the_phase_variable_names_one_half_or_none_and_anything_else_is_an_error() {
+        use std::ffi::OsStr;
+        assert_eq!(Phase::parse(None), Ok(Phase::All));
+        assert_eq!(Phase::parse(Some(OsStr::new(""))), Ok(Phase::All));
+        assert_eq!(
+            Phase::parse(Some(OsStr::new("untimed"))),
+            Ok(Phase::Untimed)
+        );
+        assert_eq!(Phase::parse(Some(OsStr::new("timed"))), Ok(Phase::Timed));
+        let wrong = Phase::parse(Some(OsStr::new("Timed"))).unwrap_err();
+        assert!(
+            wrong.contains(PHASE_VAR) && wrong.contains("\"Timed\""),
+            "{wrong}"
+        );
+        // Each half leaves the other's trials, saying where they run.
+        assert!(Phase::Untimed
+            .elsewhere(true)
+            .is_some_and(|w| w.contains("=timed")));
+        assert_eq!(Phase::Untimed.elsewhere(false), None);
+        assert!(Phase::Timed
+            .elsewhere(false)
+            .is_some_and(|w| w.contains("=untimed")));
+        assert_eq!(Phase::Timed.elsewhere(true), None);
+        assert_eq!(Phase::All.elsewhere(true), None);
+        assert_eq!(Phase::All.elsewhere(false), None);
     }
 
     fn target() -> Target {

@@ -125,6 +125,11 @@ pub struct CaseReport {
     pub notes: Vec<String>,
     /// How long the case ran.
     pub elapsed_ms: u64,
+    /// How long it waited for the locks that keep it apart from other
+    /// cases (in this process and, for timing cases, across processes)
+    /// before it started.
+    #[serde(default)]
+    pub waited_ms: u64,
     /// When it finished (Unix time, ms).
     pub finished_unix_ms: u64,
 }

@@ -115,6 +115,7 @@ where
     F: FnOnce(Cx) -> Fut,
     Fut: Future<Output = Step>,
 {
+    let asked = std::time::Instant::now();
     // Always the machine lock first, then the backend's: no lock cycle.
     let (_machine_shared, _machine_alone) = match meta.quiet {
         Quiet::Machine => (None, Some(machine_lock().write().await)),
@@ -143,6 +144,7 @@ where
         Quiet::Shared => {}
     }
     let started = std::time::Instant::now();
+    let waited = started.duration_since(asked);
     let backend = factory.name().to_owned();
     let server = factory.server_version().await;
     let cx = Cx::new(factory, meta.name);
@@ -184,6 +186,7 @@ where
         figures: log.figures,
         notes: log.notes,
         elapsed_ms: started.elapsed().as_millis() as u64,
+        waited_ms: waited.as_millis() as u64,
         finished_unix_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
