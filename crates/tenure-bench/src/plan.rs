@@ -45,7 +45,7 @@ pub const SCALE_TTL: Duration = tenure::DEFAULT_TTL;
 
 impl Plan {
     /// The full run, or the quick one: 1-node servers only, fewer samples
-    /// and trials, scale at 100 keys over a shorter window.
+    /// and trials, herds of 10 only, scale at 100 keys over a shorter window.
     pub fn new(quick: bool) -> Plan {
         let sizes: &[usize] = if quick { &[1] } else { &[1, 3] };
         let kinds: [fn(usize) -> Server; 4] =
@@ -60,11 +60,11 @@ impl Plan {
             latency_samples: if quick { 50 } else { 200 },
             handover_trials: if quick { 10 } else { 50 },
             lease_bound_handover_trials: if quick { 2 } else { 20 },
-            lease_bound_failover_trials: if quick { 2 } else { 10 },
+            lease_bound_failover_trials: if quick { 1 } else { 10 },
             lease_bound_herd_changes: if quick { 1 } else { 5 },
-            failover_trials: if quick { 3 } else { 10 },
+            failover_trials: if quick { 2 } else { 10 },
             etcdctl_failover_trials: if quick { 0 } else { 1 },
-            herds: vec![10, 100],
+            herds: if quick { vec![10] } else { vec![10, 100] },
             scale_keys: if quick { 100 } else { 1000 },
             scale_window: Duration::from_secs(if quick { 10 } else { 60 }),
         }

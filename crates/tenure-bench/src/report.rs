@@ -224,7 +224,7 @@ fn markdown(figures: &[Figure], c: &Context, chart: &str) -> String {
     out.push_str(
         "```sh\ncargo build --workspace --all-features --profile measure && target/measure/tenure-bench\n```\n\n",
     );
-    out.push_str("Quick check (1-node servers only, fewer samples, scale at 100 keys, under 5 minutes; writes `target/bench/BENCHMARKS-quick.md`, the chart and JSON there):\n\n");
+    out.push_str("Quick check (1-node servers only, fewer samples, herds of 10 only, scale at 100 keys, under 5 minutes; writes `target/bench/BENCHMARKS-quick.md`, the chart and JSON there):\n\n");
     out.push_str("```sh\ncargo build --workspace --all-features --profile measure && target/measure/tenure-bench --quick\n```\n\n");
     let _ = writeln!(out, "## This run\n");
     let _ = writeln!(
