@@ -457,6 +457,40 @@ fn targets(figures: &[Figure]) -> String {
 mod tests {
     use super::*;
 
+    fn herd(server: &str, waiters: usize, writes: f64, requests: f64) -> Figure {
+        let mut f = Figure::new(Measure::Herd, server, "tenure");
+        f.waiters = Some(waiters);
+        (f.writes_per_change, f.requests_per_change) = (Some(writes), Some(requests));
+        f
+    }
+
+    #[test]
+    fn herd_targets_bound_writes_and_requests_per_server_kind_at_100_waiting() {
+        let figures = [
+            herd("etcd 1-node", 100, 2.0, 10.5),
+            herd(
+                "Kubernetes (Lease test server, etcd 1-node)",
+                100,
+                2.4,
+                19.0,
+            ),
+            herd("Kubernetes (Lease test server, etcd 3-node)", 100, 3.2, 9.0),
+            herd("ZooKeeper 1-node", 10, 9.0, 99.0),
+            herd("Redis 1-master", 100, 9.0, 99.0),
+        ];
+        let out = targets(&figures);
+        let herd: Vec<&str> = out.lines().filter(|l| l.contains("waiting")).collect();
+        assert_eq!(
+            herd,
+            [
+                "- ≤ 3 server writes and ≤ 10 requests per leadership change with 100 waiting, etcd 1-node: 2.0 writes (met), 10.5 requests (missed by 0.5)",
+                "- ≤ 3 server writes and ≤ 20 requests per leadership change with 100 waiting, Kubernetes (Lease test server, etcd 1-node): 2.4 writes (met), 19.0 requests (met)",
+                "- ≤ 3 server writes and ≤ 20 requests per leadership change with 100 waiting, Kubernetes (Lease test server, etcd 3-node): 3.2 writes (missed by 0.2), 9.0 requests (met)",
+            ],
+            "{out}"
+        );
+    }
+
     fn handover(server: &str, system: &str, p50: f64) -> Figure {
         let mut f = Figure::new(Measure::Handover, server, system);
         (f.p50_ms, f.p99_ms, f.samples) = (Some(p50), Some(p50 * 2.0), 50);
