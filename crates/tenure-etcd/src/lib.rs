@@ -547,7 +547,9 @@ impl EtcdBackend {
                 settings: settings.clone(),
                 ttl: candidacy.ttl(),
                 released: AtomicBool::new(false),
+                gone: AtomicBool::new(false),
                 valid_until: std::sync::Mutex::new(candidacy.deadline_from(valid_from)),
+                release_tried: std::sync::Mutex::new(None),
                 attached: Some(candidate.attached),
             },
             _own_key: own_key,
@@ -668,11 +670,23 @@ impl HeartbeatBackend for EtcdBackend {
                 LossReason::Resigned,
             ));
         };
+        let expired = || Error::lease_lost(lease.key().as_str(), LossReason::Expired);
+        if Instant::now() >= lease.valid_until() {
+            return Err(expired());
+        }
         // The lease lives, and then our key too: someone may have deleted
         // it, and a keep-alive racing a revoke may be answered as a success
         // (etcd#20547).
         let key = Some((held.key.clone(), held.create_revision));
-        match attached.renew(key, lease.valid_until()).await? {
+        let round = attached.renew(key, lease.valid_until()).await?;
+        if matches!(round, Round::Expired | Round::KeyGone) {
+            // Nothing left to delete when the handle goes.
+            held.gone.store(true, Ordering::SeqCst);
+        }
+        match round {
+            // An answer after the deadline renews nothing: the term was
+            // over by then, whatever the servers kept.
+            Round::Alive { .. } if Instant::now() >= lease.valid_until() => Err(expired()),
             Round::Alive { sent_at } => {
                 let renewed = lease.renewed(sent_at, lease.handle().clone());
                 let mut until = held.valid_until.lock().unwrap_or_else(|e| e.into_inner());
@@ -688,6 +702,10 @@ impl HeartbeatBackend for EtcdBackend {
 
     async fn release(&self, lease: Lease, state: &EtcdGrant) -> Result<()> {
         let held = &state.held;
+        held.release_tried
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(Instant::now);
         let settings = self.settings.for_ttl(lease.ttl());
         election::delete_if_ours(&self.client, &held.key, held.create_revision, &settings).await?;
         // Our key is gone: nothing is left to delete when the handle goes,
@@ -708,7 +726,8 @@ impl HeartbeatBackend for EtcdBackend {
 /// The delete is retried until it lands or one TTL has passed (as the
 /// ZooKeeper backend's withdrawal is): a key left behind would sit in the
 /// queue, kept alive by the client's other candidacies, and the candidate
-/// after it would wait for a ghost. A key whose create was never answered
+/// after it would wait for a ghost. One that could not be deleted by then
+/// retires its lease ([`Attached::abandoned`]). A key whose create was never answered
 /// may still be created after its delete: the lease's renewal rounds delete
 /// it again for a while ([`Attached::sweep_later`]), and the lease's
 /// revoke, once nobody uses it, takes every key on it.
@@ -733,7 +752,10 @@ async fn withdraw(candidate: Candidate) {
     } = candidate;
     // Deleted even where this looks like the lease's last use: another
     // candidacy of the client may take the lease up meanwhile.
-    delete_until_gone(&client, &key, create_revision, &settings, ttl).await;
+    let give_up = Instant::now() + ttl;
+    if !delete_until_gone(&client, &key, create_revision, &settings, give_up).await {
+        attached.abandoned(key.clone(), create_revision);
+    }
     if create_revision.is_none() {
         attached.sweep_later(key);
     }
@@ -742,21 +764,29 @@ async fn withdraw(candidate: Candidate) {
 }
 
 /// Deletes a candidacy's key (only if it still has `create_revision`,
-/// where known), retrying transient failures for up to `ttl`.
+/// where known), retrying transient failures until `give_up`, by when
+/// every try has ended too. Whether the delete landed.
 async fn delete_until_gone(
     client: &Client,
     key: &str,
     create_revision: Option<i64>,
     settings: &Settings,
-    ttl: Duration,
-) {
-    shared::retry_until(Instant::now() + ttl, "delete a candidate key", || async {
+    give_up: Instant,
+) -> bool {
+    let tries = shared::retry_until(give_up, "delete a candidate key", || async {
+        let left = give_up.saturating_duration_since(Instant::now());
+        let settings = Settings {
+            request_timeout: settings.request_timeout.min(left),
+            ..settings.clone()
+        };
         match create_revision {
-            Some(revision) => election::delete_if_ours(client, key, revision, settings).await,
-            None => election::delete_by_name(client, key, settings).await,
+            Some(revision) => election::delete_if_ours(client, key, revision, &settings).await,
+            None => election::delete_by_name(client, key, &settings).await,
         }
-    })
-    .await;
+    });
+    tokio::time::timeout_at(give_up, tries)
+        .await
+        .unwrap_or(false)
 }
 
 /// A granted key and its use of the shared lease.
@@ -768,7 +798,9 @@ async fn delete_until_gone(
 /// shared lease, kept alive for the client's other candidacies, would keep
 /// the key, and the election, held by nobody. So the key is deleted (if
 /// still ours) at the deadline, and only then is the lease given up, whose
-/// last use revokes it.
+/// last use revokes it. A delete that cannot land by then (one TTL after
+/// the deadline, or after the first release tried, whichever is later)
+/// retires the lease ([`Attached::abandoned`]): it is not waited for.
 struct Held {
     client: Client,
     key: String,
@@ -776,8 +808,14 @@ struct Held {
     settings: Settings,
     ttl: Duration,
     released: AtomicBool,
+    /// Set once a renewal found the key or the lease gone: nothing is left
+    /// to delete.
+    gone: AtomicBool,
     /// The latest deadline any renewal of this term gave.
     valid_until: std::sync::Mutex<Instant>,
+    /// When the first release was tried (the Elector's tries go on for a
+    /// TTL, and a drop after they failed waits no longer).
+    release_tried: std::sync::Mutex<Option<Instant>>,
     attached: Option<Attached>,
 }
 
@@ -786,16 +824,26 @@ impl Drop for Held {
         let Some(attached) = self.attached.take() else {
             return;
         };
-        if self.released.load(Ordering::SeqCst) {
+        if self.released.load(Ordering::SeqCst) || self.gone.load(Ordering::SeqCst) {
             drop(attached);
             return;
         }
         let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        let tried = *self.release_tried.lock().unwrap_or_else(|e| e.into_inner());
+        let give_up = match tried {
+            // Released in vain for a TTL already (a shutdown, or a term
+            // lost with etcd out of reach): the key is left to the
+            // retired lease at once, and nothing waits longer.
+            Some(tried) => (tried + self.ttl).max(until),
+            None => until + self.ttl,
+        };
         let (client, key, revision) = (self.client.clone(), self.key.clone(), self.create_revision);
-        let (settings, ttl) = (self.settings.clone(), self.ttl);
+        let settings = self.settings.clone();
         tenure_core::hosted::spawn_cleanup(async move {
             tokio::time::sleep_until(until).await;
-            delete_until_gone(&client, &key, Some(revision), &settings, ttl).await;
+            if !delete_until_gone(&client, &key, Some(revision), &settings, give_up).await {
+                attached.abandoned(key, Some(revision));
+            }
             drop(attached);
         });
     }

@@ -18,6 +18,15 @@
 //!   dropped after a loss) deletes its own key, since the lease lives on
 //!   for the others; the last one to go revokes the lease.
 //!
+//! A key whose cleanup gave up (nothing answered its delete for a TTL: an
+//! outage, a frozen member) is left on a lease that does not expire by
+//! itself: the client's other candidacies keep it alive, and a new etcd
+//! leader's `Promote` gives every lease a fresh TTL after an outage. Such a
+//! key would lead its election for good. So its lease is retired
+//! ([`Attached::abandoned`]): no candidacy attaches it again, the key is
+//! deleted once a member answers, and the lease is revoked once its last
+//! user goes (at once if none is left), retried until it lands.
+//!
 //! A candidacy withdrawn while its create request was unanswered cannot
 //! know whether the create will still land. Its key is deleted at once and
 //! again by each round for [`SWEEP_FOR`] after (the shared lease would keep
@@ -26,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, Txn, TxnOp};
@@ -81,8 +90,16 @@ pub(crate) struct Shared {
     users: AtomicUsize,
     /// The next key name's number (the first key is the lease id alone).
     names: AtomicU64,
-    /// Set once a keep-alive found the lease gone.
+    /// Set once a keep-alive found the lease gone, or it was revoked.
     dead: AtomicBool,
+    /// Set once a key on it was left behind ([`Attached::abandoned`]): no
+    /// candidacy attaches it again, and it is revoked once unused.
+    retired: AtomicBool,
+    /// Keys left behind on it (name, create revision where known), deleted
+    /// once a member answers.
+    orphans: Mutex<Vec<(String, Option<i64>)>>,
+    /// Whether a task clears it now ([`clear`]).
+    clearing: AtomicBool,
     keep_alive: tokio::sync::Mutex<KeepAlive>,
     /// The send of the latest keep-alive (or the grant) answered alive.
     alive_since: Mutex<Instant>,
@@ -185,6 +202,9 @@ impl Pool {
             users: AtomicUsize::new(1),
             names: AtomicU64::new(0),
             dead: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
+            orphans: Mutex::new(Vec::new()),
+            clearing: AtomicBool::new(false),
             keep_alive: tokio::sync::Mutex::new(KeepAlive::new(grant.id())),
             alive_since: Mutex::new(sent_at),
             open: Mutex::new(None),
@@ -229,6 +249,11 @@ impl Pool {
     /// get a new one.
     fn forget(&self, lease: &Arc<Shared>) {
         lease.dead.store(true, Ordering::SeqCst);
+        self.unpool(lease);
+    }
+
+    /// Takes `lease` out of the pool, if it is there.
+    fn unpool(&self, lease: &Arc<Shared>) {
         let mut leases = self.leases();
         let secs = lease.ttl.as_secs();
         if leases.get(&secs).is_some_and(|l| Arc::ptr_eq(l, lease)) {
@@ -246,6 +271,11 @@ impl Drop for Attached {
         if !last || self.lease.dead.load(Ordering::SeqCst) {
             return;
         }
+        if self.lease.retired.load(Ordering::SeqCst) {
+            // Nobody may reuse it: revoked now, until that lands.
+            clear(&self.pool, &self.lease);
+            return;
+        }
         // The last use gone: the lease stays in the pool a while, for the
         // client's next candidacy (a candidate that resigned often stands
         // again at once), and is revoked then if still unused. A revoke
@@ -258,8 +288,15 @@ impl Drop for Attached {
         tenure_core::heartbeat_runtime().spawn(async move {
             tokio::time::sleep(linger).await;
             if pool.take_if_unused(&lease) {
+                // Retried until it lands: a lease left behind lives on
+                // after an outage (a new etcd leader gives it a fresh TTL).
                 let settings = pool.settings.for_ttl(lease.ttl);
-                revoke_until_gone(pool.client.clone(), lease.id, settings, lease.ttl).await;
+                let client = pool.client.clone();
+                let pool = Arc::downgrade(&pool);
+                retry_while(&pool, "revoke an unused lease", || {
+                    keepalive::revoke(&client, lease.id, &settings)
+                })
+                .await;
             }
         });
     }
@@ -299,6 +336,31 @@ impl Attached {
     /// candidacies of this client get a new one.
     pub(crate) fn expired(&self) {
         self.pool.forget(&self.lease);
+    }
+
+    /// `key` (with `create_revision`, where known) could not be deleted in
+    /// its time and stays on this lease, which lives on for the client's
+    /// other candidacies (or, after an outage, by a new etcd leader's
+    /// `Promote`): the lease is retired. No candidacy attaches it again;
+    /// the key is deleted once a member answers; the lease is revoked once
+    /// its last user goes, retried until it lands.
+    pub(crate) fn abandoned(&self, key: String, create_revision: Option<i64>) {
+        if self.lease.dead.load(Ordering::SeqCst) {
+            return;
+        }
+        tracing::warn!(
+            lease_id = self.lease.id,
+            key,
+            "a key could not be deleted in time; its lease is retired, the key deleted and the lease revoked once etcd answers"
+        );
+        self.lease
+            .orphans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, create_revision));
+        self.lease.retired.store(true, Ordering::SeqCst);
+        self.pool.unpool(&self.lease);
+        clear(&self.pool, &self.lease);
     }
 
     /// Deletes `key` again in each round for a while: its create may land
@@ -440,18 +502,95 @@ async fn sweep(pool: &Pool, lease: &Shared, settings: &Settings) {
     }
 }
 
-/// Revokes a lease, retrying transient failures until it lands or the lease
-/// must have expired by itself (one TTL from now: nobody keeps it alive).
-pub(crate) async fn revoke_until_gone(client: Client, id: i64, settings: Settings, ttl: Duration) {
-    retry_until(Instant::now() + ttl, "revoke a lease", || {
-        keepalive::revoke(&client, id, &settings)
-    })
-    .await;
+/// Clears a retired lease, in a task of its own (one at a time), retried
+/// until it lands: while candidacies use it, deletes the keys left on it;
+/// once none does, revokes it. A key that cannot be deleted for good (a
+/// refusal, not a transient failure) has the lease revoked under its other
+/// users too, whose terms end: nothing else would remove it.
+fn clear(pool: &Arc<Pool>, lease: &Arc<Shared>) {
+    if lease.clearing.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let (weak, lease) = (Arc::downgrade(pool), lease.clone());
+    tenure_core::heartbeat_runtime().spawn(async move {
+        loop {
+            let Some((client, settings)) = weak
+                .upgrade()
+                .map(|p| (p.client.clone(), p.settings.for_ttl(lease.ttl)))
+            else {
+                return;
+            };
+            let unused = lease.users.load(Ordering::SeqCst) == 0;
+            let orphans: Vec<_> = lease
+                .orphans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let revoke = unused || {
+                let deleted = retry_while(&weak, "delete keys left on a lease", || {
+                    delete_all(&client, &orphans, &settings)
+                })
+                .await;
+                match deleted {
+                    Some(true) => {
+                        let mut left = lease.orphans.lock().unwrap_or_else(|e| e.into_inner());
+                        left.retain(|o| !orphans.contains(o));
+                        false
+                    }
+                    // Refused: only the revoke takes them.
+                    Some(false) => true,
+                    None => return,
+                }
+            };
+            if revoke && !lease.dead.load(Ordering::SeqCst) {
+                let revoked = retry_while(&weak, "revoke a retired lease", || {
+                    keepalive::revoke(&client, lease.id, &settings)
+                })
+                .await;
+                if revoked == Some(true) {
+                    lease.dead.store(true, Ordering::SeqCst);
+                    tracing::info!(lease_id = lease.id, "a retired lease revoked");
+                }
+            }
+            lease.clearing.store(false, Ordering::SeqCst);
+            // A last user gone, or a key left, since this pass looked:
+            // another pass, unless another task took over.
+            let more = !lease.dead.load(Ordering::SeqCst)
+                && (lease.users.load(Ordering::SeqCst) == 0
+                    || !lease
+                        .orphans
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .is_empty());
+            if !more || lease.clearing.swap(true, Ordering::SeqCst) {
+                return;
+            }
+        }
+    });
 }
 
-/// Runs `op` until it succeeds, a failure is not worth retrying, or
-/// `give_up` comes; pausing 50 ms, doubling to 1 s, between tries.
-pub(crate) async fn retry_until<F, Fut>(give_up: Instant, what: &'static str, mut op: F)
+/// Deletes `keys` (each only while it still has its create revision, where
+/// known).
+async fn delete_all(
+    client: &Client,
+    keys: &[(String, Option<i64>)],
+    settings: &Settings,
+) -> Result<()> {
+    for (key, revision) in keys {
+        match revision {
+            Some(revision) => {
+                crate::election::delete_if_ours(client, key, *revision, settings).await?
+            }
+            None => crate::election::delete_by_name(client, key, settings).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Runs `op` until it succeeds (`Some(true)`), fails for good
+/// (`Some(false)`), or `pool` is gone (`None`: the backend was dropped);
+/// pausing 50 ms, doubling to 1 s, between tries.
+async fn retry_while<F, Fut>(pool: &Weak<Pool>, what: &'static str, mut op: F) -> Option<bool>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
@@ -464,14 +603,56 @@ where
                 if attempts > 1 {
                     tracing::info!(what, attempts, "landed after retries");
                 }
-                return;
+                return Some(true);
+            }
+            Err(error) if error.is_retryable() => {
+                tracing::debug!(what, %error, attempts, retry_in = ?pause, "failed; retrying");
+            }
+            Err(error) => {
+                tracing::warn!(what, %error, attempts, "gave up");
+                return Some(false);
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pool.upgrade()?;
+        pause = (pause * 2).min(Duration::from_secs(1));
+        attempts += 1;
+    }
+}
+
+/// Revokes a lease, retrying transient failures until it lands or the lease
+/// must have expired by itself (one TTL from now: nobody keeps it alive).
+pub(crate) async fn revoke_until_gone(client: Client, id: i64, settings: Settings, ttl: Duration) {
+    retry_until(Instant::now() + ttl, "revoke a lease", || {
+        keepalive::revoke(&client, id, &settings)
+    })
+    .await;
+}
+
+/// Runs `op` until it succeeds, a failure is not worth retrying, or
+/// `give_up` comes; pausing 50 ms, doubling to 1 s, between tries. Whether
+/// it succeeded.
+pub(crate) async fn retry_until<F, Fut>(give_up: Instant, what: &'static str, mut op: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut pause = Duration::from_millis(50);
+    let mut attempts = 1u32;
+    loop {
+        match op().await {
+            Ok(()) => {
+                if attempts > 1 {
+                    tracing::info!(what, attempts, "landed after retries");
+                }
+                return true;
             }
             Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
                 tracing::debug!(what, %error, attempts, retry_in = ?pause, "failed; retrying");
             }
             Err(error) => {
                 tracing::warn!(what, %error, attempts, "gave up");
-                return;
+                return false;
             }
         }
         tokio::time::sleep(pause).await;

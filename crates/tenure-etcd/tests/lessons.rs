@@ -228,7 +228,10 @@ async fn a_waiter_whose_key_went_after_its_predecessor_does_not_claim_from_histo
 async fn a_renewal_never_takes_an_abandoned_renewals_answer_as_its_own() {
     let cluster = etcd().await;
     let (a, link) = connect_proxied(&cluster, EtcdOptions::default()).await;
-    let lease = hold(&a, "abandoned", "a").await;
+    // A TTL that outlasts the slow renewals below: an answer after the
+    // deadline renews nothing.
+    let ttl = Duration::from_secs(6);
+    let lease = hold_with(&a, &candidacy_with_ttl("abandoned", "a", ttl)).await;
     // The first renewal opens the keep-alive stream.
     let lease = a.renew(&lease).await.unwrap();
 
@@ -251,6 +254,39 @@ async fn a_renewal_never_takes_an_abandoned_renewals_answer_as_its_own() {
         round_trip * 2
     );
     assert!(renewed.is_valid());
+}
+
+/// A renewal sent before the deadline whose answer comes after it renews
+/// nothing: the term was over when the answer came (the local deadline
+/// is the holder's promise), whatever the servers kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_answered_after_the_deadline_is_lease_lost() {
+    let cluster = etcd().await;
+    let (a, link) = connect_proxied(&cluster, EtcdOptions::default()).await;
+    let lease = hold(&a, "answered-late", "a").await;
+    let lease = a.renew(&lease).await.unwrap();
+    // Sent 300 ms before the deadline (the servers renew the lease in
+    // time), answered after two answers held back 800 ms each (the
+    // keep-alive's, then the read's of our key).
+    tokio::time::sleep_until(lease.valid_until() - Duration::from_millis(300)).await;
+    link.set(LinkFault::DelayAnswers(Duration::from_millis(800)))
+        .await
+        .unwrap();
+    let renewed = a.renew(&lease).await;
+    let answered = Instant::now();
+    assert!(answered > lease.valid_until(), "the answer came in time");
+    assert!(
+        matches!(
+            renewed,
+            Err(Error::LeaseLost {
+                reason: tenure_core::LossReason::Expired,
+                ..
+            })
+        ),
+        "a renewal answered {:?} after the deadline: {:?}",
+        answered - lease.valid_until(),
+        renewed.map(|l| l.valid_until() - answered)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,13 +3,15 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{candidacy, client, etcd, hold, keys, wait_for_grant, TTL};
-use tenure_core::{Error, LeaseBackend, LossReason};
+use tenure_core::{Elector, ElectorState, Error, LeaseBackend, LossReason};
 use tenure_etcd::etcd_client::GetOptions;
 use tenure_etcd::EtcdBackend;
 use tenure_testkit::harness::{wait_for, Cluster};
+use tokio::time::Instant;
 
 /// The lease each key under `prefix` is on.
 async fn leases_of(backend: &EtcdBackend, prefix: &str) -> Vec<i64> {
@@ -316,4 +318,90 @@ async fn a_holders_watch_survives_a_broken_stream_and_a_compaction() {
     a.client().kv_client().delete(key, None).await.unwrap();
     let told = tokio::time::timeout(Duration::from_secs(1), lease.loss_signalled()).await;
     assert!(told.is_ok(), "the holder was not told its key went");
+}
+
+/// An Elector on `backend` for `key` as `who`, retrying failed campaigns
+/// within a quarter of a second (what this file's cases measure is the
+/// backend, not the Elector's back-off).
+fn elector_on(backend: &Arc<EtcdBackend>, key: &str, who: &str) -> Elector {
+    Elector::builder(backend.clone())
+        .key(key)
+        .identity(who)
+        .ttl(TTL)
+        .retry_backoff(Duration::from_millis(50), Duration::from_millis(250))
+        .build()
+        .unwrap()
+}
+
+/// Runs `elector` (campaign, lead until lost, campaign again) in the background.
+fn run_until_shutdown(elector: &Elector) -> tokio::task::JoinHandle<()> {
+    let elector = elector.clone();
+    tokio::spawn(async move {
+        let _ = elector
+            .run(|leadership| async move {
+                leadership.lost().await;
+            })
+            .await;
+    })
+}
+
+fn leads(elector: &Elector) -> bool {
+    matches!(*elector.state().borrow(), ElectorState::Leader { .. })
+}
+
+/// Every etcd node stopped for four TTLs, then started: a restart elects a
+/// new etcd leader, whose `Promote` gives every lease a fresh TTL. The
+/// key of the term that ended in the outage could not be deleted (nothing
+/// answered); it must not come back to lead for good, kept alive by the
+/// same client's next campaigns on the shared lease, ahead of every
+/// candidate. Someone leads within a TTL and a round trip of the restart
+/// (etcd expires a lease nobody keeps alive a TTL after its promotion; a
+/// second's round trip is generous on a loaded two-core machine, and the
+/// bug this catches never ends).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_abandoned_in_a_long_outage_does_not_lead_for_good_after_a_restart() {
+    const KEY: &str = "abandoned";
+    let cluster = etcd().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let (ea, eb) = (elector_on(&a, KEY, "a"), elector_on(&b, KEY, "b"));
+    let run_a = run_until_shutdown(&ea);
+    wait_for("a leads", TTL * 2, || async { leads(&ea).then_some(()) })
+        .await
+        .expect("a leads before the outage");
+    let run_b = run_until_shutdown(&eb);
+    wait_for("b waits", TTL, || {
+        let a = a.clone();
+        async move { (keys(&a, "abandoned/").await.len() == 2).then_some(()) }
+    })
+    .await
+    .expect("b queued behind a");
+    cluster.kill(0).await.expect("etcd stopped");
+    tokio::time::sleep(TTL * 4).await;
+    assert!(!leads(&ea) && !leads(&eb), "someone led through the outage");
+    cluster.start_node(0).await.expect("etcd started again");
+    let restarted = Instant::now();
+    let bound = TTL + Duration::from_secs(1);
+    let led = wait_for("a or b leads", bound, || async {
+        (leads(&ea) || leads(&eb)).then_some(())
+    })
+    .await;
+    if led.is_err() {
+        let named = ea.leader().await;
+        let left = keys(&a, "abandoned/").await;
+        panic!(
+            "nobody led within {bound:?} of the restart (waited {:?}); leader() names {named:?}, \
+             a's state {:?}, b's {:?}; the election's keys: {left:?}",
+            restarted.elapsed(),
+            *ea.state().borrow(),
+            *eb.state().borrow()
+        );
+    }
+    eprintln!(
+        "{} led {:?} after the restart",
+        if leads(&ea) { "a" } else { "b" },
+        restarted.elapsed()
+    );
+    ea.shutdown().await;
+    eb.shutdown().await;
+    let _ = (run_a.await, run_b.await);
 }
