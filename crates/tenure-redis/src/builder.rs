@@ -27,7 +27,11 @@ pub struct RedlockOptions {
     /// a few calls, then derived from its round trips (four times RFC
     /// 6298's retransmission timeout, at least 250 ms), never above it.
     pub node_timeout_fraction: f64,
-    /// How long connecting to one master may take; default 2 s.
+    /// How long connecting to one master may take; default 2 s. A connect
+    /// (made again after a connection broke) runs on its own: a call that
+    /// stops waiting for it at its own, shorter timeout does not stop it.
+    /// After a failed connect the next waits 50 ms, doubling to 250 ms
+    /// (jittered); calls to that master meanwhile fail at once.
     pub connect_timeout: Duration,
     /// How often a watch looks at a vacant key when no release message
     /// arrives (a subscription lost to a master's restart); default 250 ms.
@@ -101,7 +105,8 @@ impl RedlockBuilder {
 
     /// Checks the settings, then connects to every master; fails unless a
     /// majority of them could be reached. Masters that could not be are
-    /// tried again on every call.
+    /// tried again when a call needs them, with back-off (see
+    /// [`RedlockOptions::connect_timeout`]).
     pub async fn connect(self) -> Result<RedisBackend> {
         if !self.unfenced_accepted {
             return Err(Error::invalid(
@@ -278,7 +283,7 @@ impl RedisBackend {
                 )));
             }
             for failure in failures {
-                tracing::warn!(%failure, "a Redis master is unreachable; it is tried again on every call");
+                tracing::warn!(%failure, "a Redis master is unreachable; it is tried again as calls need it, with back-off");
             }
             Ok(())
         })

@@ -11,4 +11,8 @@ pub struct RedisGrant {
     /// for this lease (a repair still in flight could otherwise re-create
     /// a key the release just deleted).
     pub(crate) released: Arc<std::sync::atomic::AtomicBool>,
+    /// The number of the latest renewal sent, shared by every renewal of
+    /// this lease: a repair of an earlier one is not sent (sent after a
+    /// later renewal's extension, it would run after it).
+    pub(crate) renewals: Arc<std::sync::atomic::AtomicU64>,
 }

@@ -1,12 +1,15 @@
 //! One Redis master: a multiplexed connection made on first use (and again
-//! after it broke), with the scripts loaded, and one bounded call.
+//! after it broke, in the background, within its own bound and with
+//! back-off), with the scripts loaded, and one bounded call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ScriptInvocation, Value};
-use tokio::sync::Mutex;
+use tenure_core::hosted::Backoff;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::scripts::Scripts;
@@ -16,8 +19,15 @@ use crate::scripts::Scripts;
 pub(crate) enum NodeError {
     /// No answer within the per-master timeout.
     Timeout(Duration),
-    /// Connecting failed, the connection broke, or the server refused.
+    /// The connection broke, or the server refused.
     Redis(redis::RedisError),
+    /// Not connected: the last connect failed, and the next is not due yet.
+    Down {
+        /// Why the last connect failed.
+        error: String,
+        /// When the next connect may start.
+        retry_in: Duration,
+    },
 }
 
 impl std::fmt::Display for NodeError {
@@ -25,18 +35,68 @@ impl std::fmt::Display for NodeError {
         match self {
             NodeError::Timeout(after) => write!(f, "no answer within {after:?}"),
             NodeError::Redis(e) => write!(f, "{e}"),
+            NodeError::Down { error, retry_in } => write!(
+                f,
+                "not connected ({error}); connecting again in {retry_in:?}"
+            ),
         }
     }
 }
+
+/// What a message on a key's channel says (a wake-up hint only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Message {
+    /// A candidate took the key on that master.
+    Elected,
+    /// A holder (or a round undoing itself) let the key go there.
+    Vacant,
+}
+
+/// The least pause after a failed connect before the next; it doubles
+/// (jittered) per failure up to [`MAX_RECONNECT_PAUSE`].
+const MIN_RECONNECT_PAUSE: Duration = Duration::from_millis(50);
+
+/// The most a master that refuses connections waits between connects:
+/// also the longest a master that came back waits to be used again. Short
+/// against a lease: a holder whose every connect failed for half of what
+/// its lease had left (1 s TTL: about 450 ms) connects again within
+/// 250 ms of the fault's end, with time to renew.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 
 pub(crate) struct Master {
     /// `host:port`, for errors.
     pub(crate) addr: String,
     client: redis::Client,
-    connection: Mutex<Option<MultiplexedConnection>>,
+    link: Arc<Link>,
     connect_timeout: Duration,
     /// Its answers lately: round trips, and whether the last call failed.
     record: std::sync::Mutex<Record>,
+}
+
+/// The connection to one master, shared with the task that makes it.
+struct Link {
+    state: std::sync::Mutex<LinkState>,
+    /// Bumped when a connect ends (made or failed): calls waiting for one
+    /// look again.
+    changed: watch::Sender<u64>,
+}
+
+struct LinkState {
+    /// The open connection and its number.
+    open: Option<(u64, MultiplexedConnection)>,
+    /// A connect is under way (in a task of its own: a call that stops
+    /// waiting for it, at its timeout, does not stop it).
+    connecting: bool,
+    /// Why the last connect failed, and when the next may start.
+    down: Option<(String, Instant)>,
+    backoff: Backoff,
+    made: u64,
+}
+
+impl Link {
+    fn state(&self) -> std::sync::MutexGuard<'_, LinkState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What a master's answers have shown.
@@ -73,33 +133,65 @@ impl Master {
         Master {
             addr,
             client,
-            connection: Mutex::new(None),
+            link: Arc::new(Link {
+                state: std::sync::Mutex::new(LinkState {
+                    open: None,
+                    connecting: false,
+                    down: None,
+                    backoff: Backoff::new(MIN_RECONNECT_PAUSE, MAX_RECONNECT_PAUSE),
+                    made: 0,
+                }),
+                changed: watch::Sender::new(0),
+            }),
             connect_timeout,
             record: std::sync::Mutex::default(),
         }
     }
 
-    /// The open connection, or a new one with every script loaded, so that
-    /// each call is one round trip (`EVALSHA`) even right after a restart.
-    async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
-        let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
-            return Ok(connection.clone());
+    /// The open connection (and its number), or one made now: a connect
+    /// runs in a task of its own, bounded by `connect_timeout`, so a caller
+    /// that stops waiting (its call timed out) does not stop it, and the
+    /// next call finds the connection made. A connect that failed is not
+    /// tried again before its back-off (50 ms doubling to 250 ms,
+    /// jittered) has passed; calls meanwhile fail at once.
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection), NodeError> {
+        let mut changed = self.link.changed.subscribe();
+        loop {
+            {
+                let mut state = self.link.state();
+                if let Some((number, connection)) = &state.open {
+                    return Ok((*number, connection.clone()));
+                }
+                if !state.connecting {
+                    if let Some((error, at)) = &state.down {
+                        let now = Instant::now();
+                        if now < *at {
+                            return Err(NodeError::Down {
+                                error: error.clone(),
+                                retry_in: *at - now,
+                            });
+                        }
+                    }
+                    state.connecting = true;
+                    tenure_core::heartbeat_runtime().spawn(connect(
+                        self.addr.clone(),
+                        self.client.clone(),
+                        self.link.clone(),
+                        self.connect_timeout,
+                    ));
+                }
+            }
+            // The link (and with it the sender) lives as long as `self`.
+            let _ = changed.changed().await;
+            let state = self.link.state();
+            if let (None, false, Some((error, at))) = (&state.open, state.connecting, &state.down) {
+                // The connect this call waited for failed: say why.
+                return Err(NodeError::Down {
+                    error: error.clone(),
+                    retry_in: at.saturating_duration_since(Instant::now()),
+                });
+            }
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(None);
-        let mut connection = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let mut load = redis::pipe();
-        for script in Scripts::new().all() {
-            load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
-        }
-        load.query_async::<()>(&mut connection).await?;
-        *slot = Some(connection.clone());
-        Ok(connection)
     }
 
     fn record(&self) -> std::sync::MutexGuard<'_, Record> {
@@ -161,9 +253,13 @@ impl Master {
         }
     }
 
-    /// Forgets a connection that broke, so the next call makes a new one.
-    async fn forget(&self) {
-        *self.connection.lock().await = None;
+    /// Forgets connection number `number`, which broke, so the next call
+    /// makes a new one at once (a newer connection is kept).
+    fn forget(&self, number: u64) {
+        let mut state = self.link.state();
+        if state.open.as_ref().is_some_and(|(n, _)| *n == number) {
+            state.open = None;
+        }
     }
 
     /// Runs one script invocation, answered within this master's timeout
@@ -177,11 +273,19 @@ impl Master {
         let timeout = self.timeout_within(bound);
         let connected = std::sync::Mutex::new(None);
         let call = async {
-            let mut connection = self.connection().await?;
+            let (number, mut connection) = self.connection().await?;
             // The round trip is timed from here: a connection made first
             // (and its scripts loaded) is not one.
             *connected.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-            invocation.invoke_async::<Value>(&mut connection).await
+            invocation
+                .invoke_async::<Value>(&mut connection)
+                .await
+                .map_err(|e| {
+                    if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                        self.forget(number);
+                    }
+                    NodeError::Redis(e)
+                })
         };
         let answer = tokio::time::timeout(timeout, call).await;
         let sent = *connected.lock().unwrap_or_else(|e| e.into_inner());
@@ -190,15 +294,10 @@ impl Master {
             _ => None,
         });
         match answer {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.forget().await;
-                }
-                Err(NodeError::Redis(e))
-            }
+            Ok(answer) => answer,
             // A late answer on a multiplexed connection is matched to its
-            // request and dropped; the connection itself may be fine.
+            // request and dropped; the connection itself may be fine. A
+            // connect still under way goes on.
             Err(_) => Err(NodeError::Timeout(timeout)),
         }
     }
@@ -208,12 +307,13 @@ impl Master {
     /// Redis that renamed it).
     pub(crate) async fn config(&self, name: &str, timeout: Duration) -> Option<String> {
         let get = async {
-            let mut connection = self.connection().await?;
+            let (_, mut connection) = self.connection().await?;
             redis::cmd("CONFIG")
                 .arg("GET")
                 .arg(name)
                 .query_async::<Vec<String>>(&mut connection)
                 .await
+                .map_err(NodeError::Redis)
         };
         match tokio::time::timeout(timeout, get).await {
             Ok(Ok(pair)) => pair.into_iter().nth(1),
@@ -231,11 +331,17 @@ impl Master {
         &self,
         channel: &str,
         timeout: Duration,
-    ) -> Option<BoxStream<'static, ()>> {
+    ) -> Option<BoxStream<'static, Message>> {
         let subscribe = async {
             let mut pubsub = self.client.get_async_pubsub().await?;
             pubsub.subscribe(channel).await?;
-            redis::RedisResult::Ok(pubsub.into_on_message().map(|_| ()).boxed())
+            let messages = pubsub
+                .into_on_message()
+                .map(|m| match m.get_payload_bytes() {
+                    b"vacant" => Message::Vacant,
+                    _ => Message::Elected,
+                });
+            redis::RedisResult::Ok(messages.boxed())
         };
         match tokio::time::timeout(timeout, subscribe).await {
             Ok(Ok(stream)) => Some(stream),
@@ -249,4 +355,47 @@ impl Master {
             }
         }
     }
+}
+
+/// Makes a connection to one master, with every script loaded, so that
+/// each call is one round trip (`EVALSHA`) even right after a restart;
+/// within `timeout` as a whole. Made: it is the link's open one, and the
+/// back-off starts over. Failed: the next connect waits out the back-off.
+async fn connect(addr: String, client: redis::Client, link: Arc<Link>, timeout: Duration) {
+    let made = tokio::time::timeout(timeout, async {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut load = redis::pipe();
+        for script in Scripts::new().all() {
+            load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
+        }
+        load.query_async::<()>(&mut connection).await?;
+        redis::RedisResult::Ok(connection)
+    })
+    .await;
+    {
+        let mut state = link.state();
+        state.connecting = false;
+        let error = match made {
+            Ok(Ok(connection)) => {
+                state.made += 1;
+                state.open = Some((state.made, connection));
+                state.down = None;
+                state.backoff.reset();
+                None
+            }
+            Ok(Err(e)) => Some(format!("connecting failed: {e}")),
+            Err(_) => Some(format!("connecting took over {timeout:?}")),
+        };
+        if let Some(error) = error {
+            let pause = state.backoff.next_delay();
+            tracing::debug!(master = %addr, error, ?pause, "connecting to a Redis master failed");
+            state.down = Some((error, Instant::now() + pause));
+        }
+    }
+    link.changed.send_modify(|n| *n += 1);
 }

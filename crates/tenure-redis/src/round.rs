@@ -2,6 +2,7 @@
 //! keeping it (renewal, and taking back masters that lost it) and letting it
 //! go; a round that is not granted undoes what it took.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -16,7 +17,7 @@ use tenure_core::{
 
 use crate::answers::{acquire_answer, holder_of};
 use crate::granted::RedisGrant;
-use crate::master::Master;
+use crate::master::{Master, Message};
 use crate::{redlock_drift, unavailable, RedisBackend};
 
 /// The least a refused round waits for its remaining answers to say which
@@ -73,7 +74,9 @@ impl RedisBackend {
     ///
     /// `known` is the value a majority was last seen to hold (a waiter's
     /// memory across its rounds): a gate that refuses with it is believed
-    /// without looking at the others again.
+    /// without looking at the others again. The waiter forgets it at every
+    /// release message, and it is forgotten here when the others no longer
+    /// hold it: a release that missed the gate leaves the key there alone.
     pub(crate) async fn attempt(
         &self,
         candidacy: &Candidacy,
@@ -109,7 +112,7 @@ impl RedisBackend {
                 let answer = answer.and_then(acquire_answer).map(|held| {
                     held.map(|(holder, left)| {
                         if left.is_none() {
-                            no_expiry.store(true, std::sync::atomic::Ordering::Relaxed);
+                            no_expiry.store(true, Ordering::Relaxed);
                         }
                         (holder, left.unwrap_or(candidacy.ttl()))
                     })
@@ -161,10 +164,11 @@ impl RedisBackend {
                             holder: Some(holder),
                             majority: true,
                             free_in: Some(left),
-                            no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
+                            no_expiry: no_expiry.load(Ordering::Relaxed),
                             failures,
                         };
                     }
+                    *known = None;
                     tracing::debug!(
                         master = %self.inner.masters[g].addr,
                         key,
@@ -232,6 +236,7 @@ impl RedisBackend {
                     key: key.clone(),
                     value,
                     released: Default::default(),
+                    renewals: Default::default(),
                 }),
             )
             .with_expiry_lead(redlock_drift(candidacy.ttl()));
@@ -264,7 +269,7 @@ impl RedisBackend {
             majority: named_by_majority(&holders, quorum),
             holder: likeliest_holder(holders),
             free_in,
-            no_expiry: no_expiry.load(std::sync::atomic::Ordering::Relaxed),
+            no_expiry: no_expiry.load(Ordering::Relaxed),
             failures,
         }
     }
@@ -478,13 +483,19 @@ impl RedisBackend {
             };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                message = wake.next() => {
-                    if message.is_none() {
+                message = wake.next() => match message {
+                    // A release: the holder a majority was seen to hold may
+                    // have let go while its key stands on a master the
+                    // release missed. That key is no longer believed on
+                    // its own: the others are asked again.
+                    Some(Message::Vacant) => known = None,
+                    Some(Message::Elected) => {}
+                    None => {
                         // Every subscription ended (masters restarted): subscribe again.
                         tokio::time::sleep(pause.min(timeout)).await;
                         wake = self.subscribe(&key, timeout).await;
                     }
-                }
+                },
             }
         }
     }
@@ -499,7 +510,7 @@ impl RedisBackend {
         &self,
         channel: &str,
         timeout: Duration,
-    ) -> BoxStream<'static, ()> {
+    ) -> BoxStream<'static, Message> {
         let mut pending: FuturesUnordered<_> = (0..self.inner.masters.len())
             .map(|i| {
                 let (this, channel) = (self.clone(), channel.to_owned());
@@ -525,6 +536,9 @@ impl RedisBackend {
         let ttl_ms = lease.ttl().as_millis() as u64;
         let n = self.inner.masters.len();
         let quorum = self.inner.quorum;
+        // From now on a repair of an earlier renewal is not sent: it would
+        // reach a master after this renewal's extension.
+        let renewal = state.renewals.fetch_add(1, Ordering::SeqCst) + 1;
         let sent_at = Instant::now();
         let mut calls: FuturesUnordered<_> = (0..n)
             .map(|i| {
@@ -570,7 +584,7 @@ impl RedisBackend {
                 // let someone else assemble a majority), and those that
                 // did not answer in time once they do.
                 let expires = sent_at + lease.ttl();
-                self.repair(state, &lacking, expires, &renewed, timeout)
+                self.repair(state, renewal, &lacking, expires, &renewed, timeout)
                     .await;
                 let (this, state, held) = (self.clone(), state.clone(), renewed.clone());
                 // Not a cleanup `Elector::shutdown` waits for: it waits on
@@ -583,7 +597,8 @@ impl RedisBackend {
                             lacking.push(i);
                         }
                     }
-                    this.repair(&state, &lacking, expires, &held, timeout).await;
+                    this.repair(&state, renewal, &lacking, expires, &held, timeout)
+                        .await;
                 });
                 return Ok(renewed);
             }
@@ -609,12 +624,15 @@ impl RedisBackend {
     }
 
     /// Runs `REPAIR` on each of `masters` while `lease` (just renewed by a
-    /// majority) is valid: their key, gone, is taken again with our value,
-    /// to expire at `expires` as the majority's does. Each taken master is
-    /// a WARN: a lease that lost a master has no spare left until then.
+    /// majority, in renewal number `renewal`) is valid and no later renewal
+    /// was sent: their key, gone, is taken again with our value, to expire
+    /// at `expires` as the majority's does (a key of ours with more time
+    /// left is never shortened). Each taken master is a WARN: a lease that
+    /// lost a master has no spare left until then.
     pub(crate) async fn repair(
         &self,
         state: &RedisGrant,
+        renewal: u64,
         masters: &[usize],
         expires: Instant,
         lease: &Lease,
@@ -624,8 +642,11 @@ impl RedisBackend {
             .iter()
             .map(|&i| async move {
                 let left = expires.saturating_duration_since(Instant::now());
-                let released = state.released.load(std::sync::atomic::Ordering::SeqCst);
-                if released || !lease.is_valid() || left < Duration::from_millis(1) {
+                let released = state.released.load(Ordering::SeqCst);
+                // A later renewal's extension went out before this repair
+                // would: the repair is that renewal's to make, if needed.
+                let superseded = state.renewals.load(Ordering::SeqCst) != renewal;
+                if released || superseded || !lease.is_valid() || left < Duration::from_millis(1) {
                     return (i, None);
                 }
                 let mut call = self.inner.scripts.repair.key(state.key.as_str());
@@ -664,9 +685,7 @@ impl RedisBackend {
     /// longer), the rest finishing in the background: a silent master does
     /// not hold up a resign or a shutdown.
     pub(crate) async fn release_inner(&self, lease: &Lease, state: &RedisGrant) -> Result<()> {
-        state
-            .released
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        state.released.store(true, Ordering::SeqCst);
         let timeout = self.node_timeout(lease.ttl());
         let (done, failures) = self
             .release_everywhere(&state.key, &state.value, timeout)

@@ -7,60 +7,38 @@ use redis::Script;
 /// `ARGV[3]` the channel. Takes a free key (`SET NX PX`) and tells waiting
 /// watchers; otherwise answers who holds it and for how much longer.
 /// Returns `{1}` or `{0, holder value, pttl}`.
-pub(crate) const ACQUIRE: &str = r#"
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('publish', ARGV[3], 'elected')
-  return {1}
-end
-return {0, redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}
-"#;
+pub(crate) const ACQUIRE: &str = include_str!("lua/acquire.lua");
 
 /// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the TTL in ms. Extends the
 /// key only while it still holds our value: 1 extended, 0 not ours (gone
 /// or someone else's). A key that is gone is never set again here: that
 /// would be a new grant that nobody asked for.
-pub(crate) const EXTEND: &str = r#"
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('pexpire', KEYS[1], ARGV[2])
-end
-return 0
-"#;
+pub(crate) const EXTEND: &str = include_str!("lua/extend.lua");
 
-/// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the TTL in ms. Only for a
-/// holder whose renewal a majority just extended: extends the key if it
-/// holds our value, takes it if it is gone (a master restarted empty, a
-/// grant or an extension that missed it), and leaves someone else's alone.
-/// Taking it is safe while our majority stands (majorities intersect), and
-/// it restores the spare a lease needs to survive one more such loss.
-/// Returns 1 extended, 2 taken, 0 someone else's.
-pub(crate) const REPAIR: &str = r#"
-local held = redis.call('get', KEYS[1])
-if held == ARGV[1] then
-  return redis.call('pexpire', KEYS[1], ARGV[2])
-end
-if not held and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 2
-end
-return 0
-"#;
+/// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the time left in ms. Only for
+/// a holder whose renewal a majority just extended: lengthens the key to
+/// that if it holds our value with less left, takes it if it is gone (a
+/// master restarted empty, a grant or an extension that missed it), and
+/// leaves someone else's alone. Taking it is safe while our majority
+/// stands (majorities intersect), and it restores the spare a lease needs
+/// to survive one more such loss.
+///
+/// It never shortens a key: commands on one master run in the order sent,
+/// so a late repair of renewal k (with k's time left) can run after
+/// renewal k+1's extension, which k+1 counted. `PEXPIRE … GT` would say
+/// the same but needs Redis 7; the comparison here works from 2.6.12 on.
+/// Returns 1 ours (lengthened or already longer), 2 taken, 0 someone
+/// else's.
+pub(crate) const REPAIR: &str = include_str!("lua/repair.lua");
 
 /// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the channel. Deletes the key
 /// only if it holds our value, and wakes the waiters: 1 deleted, 0 it was
 /// not ours (already gone, or someone else's now).
-pub(crate) const RELEASE: &str = r#"
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('del', KEYS[1])
-  redis.call('publish', ARGV[2], 'vacant')
-  return 1
-end
-return 0
-"#;
+pub(crate) const RELEASE: &str = include_str!("lua/release.lua");
 
 /// `KEYS[1]`. Who holds the key and for how much longer: `{value, pttl}`,
 /// `{false, -2}` when free.
-pub(crate) const LOOK: &str = r#"
-return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}
-"#;
+pub(crate) const LOOK: &str = include_str!("lua/look.lua");
 
 /// The scripts, hashed once.
 pub(crate) struct Scripts {

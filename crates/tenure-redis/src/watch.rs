@@ -12,6 +12,7 @@ use tenure_core::{Error, LeaderEvent, Result};
 use tokio::time::Instant;
 
 use crate::answers::holder_of;
+use crate::master::Message;
 use crate::{RedisBackend, BACKEND};
 
 /// How long one master may take to answer a look.
@@ -37,7 +38,7 @@ struct KeyLooks {
     key: String,
     /// The key's change messages, from every master that took the
     /// subscription; `None` before the first look.
-    wake: Option<BoxStream<'static, ()>>,
+    wake: Option<BoxStream<'static, Message>>,
     /// When to look again if no message comes first; `None` before the
     /// first look.
     next_look: Option<Instant>,

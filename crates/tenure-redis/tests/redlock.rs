@@ -635,3 +635,469 @@ async fn a_black_holed_master_stalls_neither_a_campaign_nor_a_release() {
     leadership.lost().await;
     t.links[0].set(LinkFault::Pass).await.unwrap();
 }
+
+/// The repair script as the crate ships it, run on master `i` directly:
+/// the answer, then the key's value and `PTTL` afterwards.
+async fn repair_on(
+    cluster: &Cluster,
+    i: usize,
+    key: &str,
+    value: &str,
+    ms: u64,
+) -> (i64, Option<String>, i64) {
+    let mut c = admin(cluster, i).await;
+    let script = tenure_redis::redis::Script::new(include_str!("../src/lua/repair.lua"));
+    let answer: i64 = script
+        .key(key)
+        .arg(value)
+        .arg(ms)
+        .invoke_async(&mut c)
+        .await
+        .unwrap();
+    let held: Option<String> = tenure_redis::redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let left: i64 = tenure_redis::redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (answer, held, left)
+}
+
+/// A repair only ever lengthens a key that holds our value. Commands on
+/// one master run in the order sent: renewal k's late repair (with k's
+/// time left) can land after renewal k+1's extension, which was counted
+/// towards k+1's majority; a repair that set the expiry back would let
+/// that master free the key about a renewal period before k+1's deadline.
+/// It still takes a key that is gone and leaves someone else's alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_never_shortens_a_key_that_holds_our_value() {
+    let cluster = Cluster::start(Topology::Redis { masters: 1 })
+        .await
+        .expect("a redis master");
+    let mut c = admin(&cluster, 0).await;
+    let set = |key: &str, value: &str, ms: u64| {
+        let mut set = tenure_redis::redis::cmd("SET");
+        set.arg(key).arg(value).arg("PX").arg(ms);
+        set
+    };
+    // Ours, 10 s left; a late repair with 100 ms left.
+    let _: () = set("k", "v", 10_000).query_async(&mut c).await.unwrap();
+    let (answer, held, left) = repair_on(&cluster, 0, "k", "v", 100).await;
+    assert_eq!((answer, held.as_deref()), (1, Some("v")));
+    assert!(
+        left >= 9_000,
+        "a repair with 100 ms left set a key with 10 s left back to PTTL {left} ms"
+    );
+    // Ours, 100 ms left: lengthened to the repair's time.
+    let _: () = set("short", "v", 100).query_async(&mut c).await.unwrap();
+    let (answer, _, left) = repair_on(&cluster, 0, "short", "v", 10_000).await;
+    assert!(answer == 1 && left >= 9_000, "answer {answer}, PTTL {left}");
+    // Gone: taken, to expire with the repair's time.
+    let (answer, held, left) = repair_on(&cluster, 0, "gone", "v", 10_000).await;
+    assert_eq!((answer, held.as_deref()), (2, Some("v")));
+    assert!(left >= 9_000 && left <= 10_000, "PTTL {left}");
+    // Someone else's: left as it is.
+    let _: () = set("theirs", "w", 5_000).query_async(&mut c).await.unwrap();
+    let (answer, held, left) = repair_on(&cluster, 0, "theirs", "v", 10_000).await;
+    assert_eq!((answer, held.as_deref()), (0, Some("w")));
+    assert!(left <= 5_000, "PTTL {left}");
+}
+
+/// Renewal k's repair of a master that stalled must not shorten the key
+/// renewal k+1 counted there. Master 0 stalls (`CLIENT PAUSE WRITE`:
+/// scripts wait, `CLIENT UNPAUSE` does not) while `a` renews (k) on
+/// masters 1 and 2; `a` is then cut off from master 2 and renews again
+/// (k+1) while renewal k still waits for master 0 (a third of the TTL).
+/// Master 0 resumes once renewal k has given up on it (and, on the old
+/// code, sent its repair, which then runs after k+1's extension with the
+/// time k had left); k+1 counts masters 0 and 1. Master 2's key expires
+/// with renewal k: a standby that could take master 0 too would lead
+/// about a renewal period before `a`'s deadline. No bound here is a
+/// race: masters 0 and 1 hold until at least k+1's send plus the TTL,
+/// and `a`'s deadline is that less the drift margins, whatever the
+/// machine's load does to the steps in between (a slow step only delays
+/// the standby); the steps' own margins (k+1 sent 250 ms before k's
+/// timeout, master 0 resumed at least 500 ms before k+1's) only decide
+/// whether the old code's repair lands in the order that breaks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_repair_does_not_let_a_standby_in_while_the_holder_leads() {
+    let t = three().await;
+    let ttl = Duration::from_secs(3);
+    // A master's timeout is a third of the TTL until it answered 8 calls.
+    let node_timeout = ttl / 3;
+    let standby = RedisBackend::builder(&t.cluster.endpoints())
+        .allow_unfenced()
+        .connect()
+        .await
+        .expect("the standby's client");
+    let lease = match t
+        .client
+        .acquire(&candidacy("late-repair", "a", ttl), AcquireMode::Once)
+        .await
+    {
+        Ok(Acquisition::Granted(lease)) => lease,
+        other => panic!("a was not granted a free key: {other:?}"),
+    };
+    let mut m0 = admin(&t.cluster, 0).await;
+    let _: () = tenure_redis::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query_async(&mut m0)
+        .await
+        .unwrap();
+    let sent_k = Instant::now();
+    let lease_k = t
+        .client
+        .renew(&lease)
+        .await
+        .expect("renewal k on masters 1 and 2");
+    t.links[2].set(LinkFault::Blackhole).await.unwrap();
+    tokio::time::sleep_until(sent_k + node_timeout * 3 / 4).await;
+    let sent_k1 = Instant::now();
+    let renewing = {
+        let (client, lease) = (t.client.clone(), lease_k.clone());
+        tokio::spawn(async move { client.renew(&lease).await })
+    };
+    // Master 0's link carries renewal k+1's extension, then (on the old
+    // code) renewal k's repair once k gave up on master 0.
+    let proxy = &t.links[0].proxies()[0];
+    let give_up = sent_k + node_timeout + Duration::from_millis(200);
+    while proxy.requests_since(sent_k1).len() < 2 && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let repairs_sent = proxy.requests_since(sent_k1).len().saturating_sub(1);
+    let _: () = tenure_redis::redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut m0)
+        .await
+        .unwrap();
+    let lease_k1 = renewing
+        .await
+        .unwrap()
+        .expect("renewal k+1 on masters 0 and 1");
+    let give_up = lease_k1.valid_until() + ttl;
+    loop {
+        match standby
+            .acquire(&candidacy("late-repair", "b", ttl), AcquireMode::Once)
+            .await
+        {
+            Ok(Acquisition::Granted(b)) => {
+                let left = lease_k1
+                    .valid_until()
+                    .saturating_duration_since(Instant::now());
+                assert!(
+                    !lease_k1.is_valid(),
+                    "b was granted {:?} after a's renewal k while a leads for {left:?} more \
+                     (its renewal k+1 counted master 0; {repairs_sent} request(s) of a's \
+                     reached master 0's link after k+1's: a late repair of renewal k set \
+                     master 0's key back)",
+                    Instant::now() - sent_k
+                );
+                eprintln!(
+                    "b granted {:?} after a's renewal k, {:?} after a's deadline; {repairs_sent} \
+                     request(s) of a's reached master 0's link after renewal k+1's",
+                    Instant::now() - sent_k,
+                    Instant::now() - lease_k1.valid_until()
+                );
+                standby.release(&b).await.unwrap();
+                break;
+            }
+            Ok(Acquisition::Held(_)) => {}
+            Err(e) if e.is_retryable() => {}
+            Err(e) => panic!("b: {e}"),
+        }
+        assert!(
+            Instant::now() < give_up,
+            "b was not granted within a TTL of a's deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    t.links[2].set(LinkFault::Pass).await.unwrap();
+}
+
+/// A waiting candidate that saw the holder's key on its first master and
+/// had it confirmed by the others believes that master's later refusals
+/// naming the same key without asking the others again. A release that
+/// misses that master (the holder's link to it is cut) leaves the key there
+/// alone, an orphan for the rest of its TTL: the released message says the
+/// holder let go, so the waiter asks the others again and is granted by
+/// them, in a few round trips rather than the orphan's 10 s. The 2 s bound
+/// is many times the few local round trips a grant takes (the hand-over's
+/// p50 is under 25 ms, measured above) and a fifth of the TTL the bug
+/// costs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_not_held_up_by_a_released_key_left_on_its_first_master() {
+    let t = three().await;
+    let ttl = Duration::from_secs(10);
+    let waiter = RedisBackend::builder(&t.cluster.endpoints())
+        .allow_unfenced()
+        .connect()
+        .await
+        .expect("the waiter's client");
+    let lease = match t
+        .client
+        .acquire(&candidacy("left-behind", "a", ttl), AcquireMode::Once)
+        .await
+    {
+        Ok(Acquisition::Granted(lease)) => lease,
+        other => panic!("a was not granted a free key: {other:?}"),
+    };
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .acquire(&candidacy("left-behind", "b", ttl), AcquireMode::Wait)
+                .await
+        })
+    };
+    // Setting up: until b has subscribed on every master, and then its
+    // first round (a refusal at master 0 confirmed on masters 1 and 2,
+    // a few local round trips) is done.
+    let stored = format!("{}left-behind", RedlockOptions::default().key_prefix);
+    'subscribed: loop {
+        for i in 0..3 {
+            let mut numsub = tenure_redis::redis::cmd("PUBSUB");
+            numsub.arg("NUMSUB").arg(&stored);
+            let mut c = admin(&t.cluster, i).await;
+            let (_, n): (String, u64) = numsub.query_async(&mut c).await.unwrap();
+            if n == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue 'subscribed;
+            }
+        }
+        break;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "b was granted a held key");
+    t.links[0].set(LinkFault::Blackhole).await.unwrap();
+    let released = Instant::now();
+    t.client
+        .release(&lease)
+        .await
+        .expect("released on masters 1 and 2");
+    let granted = tokio::time::timeout(Duration::from_secs(2), waiting).await;
+    match granted {
+        Ok(Ok(Ok(Acquisition::Granted(_)))) => {
+            eprintln!("b granted {:?} after a's release", released.elapsed())
+        }
+        Err(_) => panic!(
+            "b was not granted within 2 s of a's release ({:?} so far): a's key left on b's \
+             first master (the release missed it) was believed without asking the others",
+            released.elapsed()
+        ),
+        other => panic!("b: {other:?}"),
+    }
+    t.links[0].set(LinkFault::Pass).await.unwrap();
+}
+
+/// A TCP proxy in front of one master whose new connections reach the
+/// master only after a delay (a master far away over TLS takes several
+/// round trips to connect), or are closed at once; it counts the
+/// connections it accepted and can drop the ones open.
+struct Connects {
+    addr: std::net::SocketAddr,
+    /// `None`: close new connections at once.
+    delay: Arc<std::sync::Mutex<Option<Duration>>>,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    open: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Connects {
+    async fn start(upstream: std::net::SocketAddr) -> Connects {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let delay = Arc::new(std::sync::Mutex::new(Some(Duration::ZERO)));
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let open = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
+        let accepting = {
+            let (delay, accepted, open) = (delay.clone(), accepted.clone(), open.clone());
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(delay) = *delay.lock().unwrap() else {
+                        drop(client);
+                        continue;
+                    };
+                    open.lock().unwrap().spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                }
+            })
+        };
+        Connects {
+            addr,
+            delay,
+            accepted,
+            open,
+            accepting,
+        }
+    }
+
+    /// New connections reach the master after `delay`; `None`: are closed.
+    fn connect_after(&self, delay: Option<Duration>) {
+        *self.delay.lock().unwrap() = delay;
+    }
+
+    /// Closes every connection open now.
+    fn drop_open(&self) {
+        self.open.lock().unwrap().abort_all();
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Connects {
+    fn drop(&mut self) {
+        self.accepting.abort();
+        self.drop_open();
+    }
+}
+
+/// Three masters, the first behind a [`Connects`] proxy.
+async fn three_with_slow_first() -> (Cluster, Connects, RedisBackend) {
+    let cluster = Cluster::start(Topology::Redis { masters: 3 })
+        .await
+        .expect("three redis masters");
+    let first = Connects::start(cluster.nodes()[0].addr()).await;
+    let mut endpoints = vec![first.addr.to_string()];
+    endpoints.extend(cluster.endpoints().into_iter().skip(1));
+    let client = RedisBackend::builder(&endpoints)
+        .allow_unfenced()
+        .connect()
+        .await
+        .expect("a client of three masters");
+    (cluster, first, client)
+}
+
+/// Whether master `i` stores `key`.
+async fn stored_on(cluster: &Cluster, i: usize, key: &str) -> bool {
+    let mut exists = tenure_redis::redis::cmd("EXISTS");
+    exists.arg(format!("{}{key}", RedlockOptions::default().key_prefix));
+    on_master(cluster, i, &exists).await > 0
+}
+
+/// Rounds on fresh keys until master 0 takes part again (holds a granted
+/// key): how long that took, or `None` within `limit`.
+async fn until_first_master_takes_part(
+    cluster: &Cluster,
+    client: &RedisBackend,
+    ttl: Duration,
+    limit: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    for i in 0.. {
+        let key = format!("back-{i}");
+        let lease = match client
+            .acquire(&candidacy(&key, "a", ttl), AcquireMode::Once)
+            .await
+        {
+            Ok(Acquisition::Granted(lease)) => lease,
+            other => panic!("masters 1 and 2 are free, yet {other:?}"),
+        };
+        let taken = stored_on(cluster, 0, &key).await;
+        client.release(&lease).await.unwrap();
+        if taken {
+            return Some(started.elapsed());
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// A master's per-call timeout, once derived from its round trips (here
+/// 250 ms, the least), bounds a call, not a reconnect: a master whose
+/// connection broke and whose connects take 600 ms (a TLS master some
+/// 50 ms away takes several round trips to connect) is connected again in
+/// the background, within `connect_timeout` (2 s), and takes part in the
+/// rounds after. Before, every call started a connect and gave it up at
+/// the call's timeout: the master was lost for the life of the process.
+/// The 10 s limit is five connect timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_whose_reconnect_outlasts_its_call_timeout_is_reached_again() {
+    let (cluster, first, client) = three_with_slow_first().await;
+    let ttl = Duration::from_secs(3);
+    // Master 0's timeout is derived once it answered 8 calls: 250 ms here.
+    for i in 0..10 {
+        let c = candidacy(&format!("warm-{i}"), "a", ttl);
+        match client.acquire(&c, AcquireMode::Once).await {
+            Ok(Acquisition::Granted(lease)) => client.release(&lease).await.unwrap(),
+            other => panic!("warm-up: {other:?}"),
+        }
+    }
+    assert!(stored_on_after_grant(&cluster, &client, ttl).await);
+    let connect = Duration::from_millis(600);
+    first.connect_after(Some(connect));
+    first.drop_open();
+    let back = until_first_master_takes_part(&cluster, &client, ttl, Duration::from_secs(10)).await;
+    eprintln!(
+        "master 0, its connection dropped and its connects taking {connect:?}: back after {back:?}"
+    );
+    assert!(
+        back.is_some(),
+        "master 0 took part in no round for 10 s after its connection dropped, with connects \
+         taking {connect:?} ({} connection(s) accepted): each reconnect was given up at the \
+         call's timeout",
+        first.accepted()
+    );
+}
+
+/// Master 0 holds a key granted now (the warm-up reached it).
+async fn stored_on_after_grant(cluster: &Cluster, client: &RedisBackend, ttl: Duration) -> bool {
+    until_first_master_takes_part(cluster, client, ttl, Duration::ZERO)
+        .await
+        .is_some()
+}
+
+/// A master that closes every new connection is not connected to again
+/// on every call: reconnects back off (50 ms doubling to 250 ms,
+/// jittered), so two seconds of rounds back to back, each calling it twice
+/// (acquire and release), cost it at most one connect per 50 ms (41, the
+/// least pause; about 10 on average), not one a call (thousands). Once it
+/// accepts connections again, it takes part within the longest pause
+/// (250 ms) and a round; 3 s allows for a loaded machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_to_a_master_that_closes_connections_back_off() {
+    let (cluster, first, client) = three_with_slow_first().await;
+    let ttl = Duration::from_secs(3);
+    assert!(stored_on_after_grant(&cluster, &client, ttl).await);
+    first.connect_after(None);
+    first.drop_open();
+    let before = first.accepted();
+    let started = Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        let c = candidacy("busy", "a", ttl);
+        match client.acquire(&c, AcquireMode::Once).await {
+            Ok(Acquisition::Granted(lease)) => client.release(&lease).await.unwrap(),
+            other => panic!("masters 1 and 2 are free, yet {other:?}"),
+        }
+        rounds += 1;
+    }
+    let connects = first.accepted() - before;
+    eprintln!("{connects} connect(s) to master 0 in {rounds} rounds over 2 s");
+    assert!(
+        connects <= 41,
+        "{connects} connects in 2 s ({rounds} rounds) to a master that closes every connection: \
+         no back-off"
+    );
+    first.connect_after(Some(Duration::ZERO));
+    let back = until_first_master_takes_part(&cluster, &client, ttl, Duration::from_secs(5)).await;
+    assert!(
+        back.is_some_and(|d| d < Duration::from_secs(3)),
+        "master 0 took part again only after {back:?} once it accepted connections"
+    );
+}
