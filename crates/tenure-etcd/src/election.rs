@@ -10,6 +10,8 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
     WatchFilterType, WatchOptions,
 };
+use std::time::Duration;
+
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result, MAX_IDENTITY_LEN};
 
 use crate::error::{map, BACKEND};
@@ -331,6 +333,10 @@ pub(crate) async fn delete_if_ours(
 /// A watch that starts at a revision the server has already passed is served
 /// by etcd's catch-up loop, which runs every 100 ms; so once the watch exists
 /// we look once, and a predecessor that left in between is seen at once.
+///
+/// A watch etcd refuses ([`refused`]) is neither: the client logs in again
+/// and watches anew, once; refused again, the error says why (retryable if
+/// for the token, as after an auth-store change racing the login).
 pub(crate) async fn deleted(
     client: &Client,
     key: &[u8],
@@ -341,38 +347,101 @@ pub(crate) async fn deleted(
     let options = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
-    let mut stream = crate::error::watch_opened(settings.route, settings.request_timeout, || {
-        let (mut watches, options) = (client.watch_client(), options.clone());
-        async move { watches.watch(key.to_vec(), Some(options)).await }
-    })
-    .await
-    .map_err(map)?;
-    let mut looked = false;
-    while let Some(answer) = stream.message().await.map_err(map)? {
-        if answer.canceled()
-            || answer
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
-        {
-            return Ok(());
-        }
-        if answer.created() && !looked {
-            looked = true;
-            let now = settings.get(client, key, None).await?;
-            if !now
-                .kvs()
-                .iter()
-                .any(|kv| kv.create_revision() == create_revision)
+    let mut logged_in = false;
+    'watch: loop {
+        let mut stream =
+            crate::error::watch_opened(settings.route, settings.request_timeout, || {
+                let (mut watches, options) = (client.watch_client(), options.clone());
+                async move { watches.watch(key.to_vec(), Some(options)).await }
+            })
+            .await
+            .map_err(map)?;
+        let mut looked = false;
+        while let Some(answer) = stream.message().await.map_err(map)? {
+            if let Some(reason) = refused(&answer) {
+                if logged_in {
+                    return Err(refusal(reason, key));
+                }
+                tracing::debug!(
+                    reason,
+                    "etcd refused the watch of our predecessor; logging in again"
+                );
+                log_in_again(client, settings.request_timeout).await?;
+                logged_in = true;
+                continue 'watch;
+            }
+            if answer.canceled()
+                || answer
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete)
             {
                 return Ok(());
             }
+            if answer.created() && !looked {
+                looked = true;
+                let now = settings.get(client, key, None).await?;
+                if !now
+                    .kvs()
+                    .iter()
+                    .any(|kv| kv.create_revision() == create_revision)
+                {
+                    return Ok(());
+                }
+            }
         }
+        return Err(tenure_core::Error::unavailable(
+            BACKEND,
+            "watch stream ended",
+        ));
     }
-    Err(tenure_core::Error::unavailable(
-        BACKEND,
-        "watch stream ended",
-    ))
+}
+
+/// Why etcd refused to create a watch, if `answer` is such a refusal:
+/// "created" and "canceled" at once, with a reason (and, since etcd 3.4.21
+/// and 3.5.5, watch id −1 whatever id was asked for). The reasons: a token
+/// it no longer takes ("invalid auth token": expired, or a simple token
+/// unused for `--auth-token-ttl`; "revision of auth store is old"; earlier
+/// releases said "permission denied" for both), no right to read the key,
+/// or a watch id in use. A stream's token is the one it was opened with,
+/// so every watch created on it later is refused once that token lapses,
+/// however fresh the client's token is by then. It is neither a watch
+/// created nor an event: the watch must be created again, on a stream
+/// opened after logging in again. (A watch cancelled for compaction comes
+/// as an answer of its own, after its "created".)
+pub(crate) fn refused(answer: &etcd_client::WatchResponse) -> Option<&str> {
+    (answer.created() && answer.canceled()).then(|| answer.cancel_reason())
+}
+
+/// Whether a watch refusal's reason is the stream's token: logging in
+/// again is the cure.
+fn refused_for_token(reason: &str) -> bool {
+    matches!(
+        reason,
+        "etcdserver: invalid auth token" | "etcdserver: revision of auth store is old"
+    )
+}
+
+/// The error of a watch of `key` refused again after logging in again:
+/// retryable if still for the token (the auth store changed again), not
+/// otherwise (no right to read the key: waiting cannot cure that).
+fn refusal(reason: &str, key: &[u8]) -> tenure_core::Error {
+    let message = format!(
+        "etcd refused to watch {}: {reason}",
+        String::from_utf8_lossy(key)
+    );
+    match refused_for_token(reason) {
+        true => tenure_core::Error::unavailable(BACKEND, message),
+        false => tenure_core::Error::backend(BACKEND, message),
+    }
+}
+
+/// Logs `client` in again (a new token for the streams it opens from now
+/// on), within `within`. Nothing happens without credentials.
+pub(crate) async fn log_in_again(client: &Client, within: Duration) -> Result<()> {
+    tenure_core::hosted::bounded("authenticate", within, client.refresh_token())
+        .await?
+        .map_err(map)
 }
 
 #[cfg(test)]

@@ -5,6 +5,12 @@
 //! Every holder of one client shares one watch stream, each key a watch of
 //! its own on it (by a watch id we choose, etcd 3.4+): a thousand
 //! leaderships cost one stream, not a thousand (each with its buffers).
+//!
+//! A stream keeps the token it was opened with: once that lapses, etcd
+//! refuses every watch created on it (watch id −1, whoever's it was;
+//! [`crate::election::refused`]). The driver then logs in again and opens
+//! the stream anew with every watch, from each key's creation on, so a
+//! delete meanwhile is replayed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -18,7 +24,12 @@ use tenure_core::{LossReason, LossSignal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::election::{log_in_again, refused};
 use crate::Settings;
+
+/// The first pause before the stream is opened again after it broke (or a
+/// watch was refused), doubling up to a second until a watch is created.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
 /// The watches of one client's holders: one stream, driven by one task
 /// started on first use (on the current runtime, the heartbeat runtime,
@@ -172,17 +183,20 @@ async fn drive(
     let mut watches = Watches::default();
     let mut stream: Option<Stream> = None;
     let mut reopen_at: Option<Instant> = Some(Instant::now());
-    let mut pause = Duration::from_millis(50);
+    // Back to the first pause once a watch is created.
+    let mut pause = FIRST_PAUSE;
+    // Set when etcd refused a watch: log in again before opening.
+    let mut log_in = false;
     loop {
         if stream.is_none()
             && !watches.keys.is_empty()
             && reopen_at.is_some_and(|at| at <= Instant::now())
         {
-            match open(&client, &settings, &mut watches).await {
+            match open(&client, &settings, &mut watches, log_in).await {
                 Ok(opened) => {
                     stream = Some(opened);
                     reopen_at = None;
-                    pause = Duration::from_millis(50);
+                    log_in = false;
                 }
                 Err(error) => {
                     tracing::debug!(%error, retry_in = ?pause, "watch of our own keys failed; watching again");
@@ -250,6 +264,20 @@ async fn drive(
                 }
             } => match message {
                 Ok(Some(answer)) => {
+                    if let Some(reason) = refused(&answer) {
+                        // Id -1, whoever's it was: every watch is created
+                        // again, on a stream opened with a new token (a
+                        // delete meanwhile is in the history it replays).
+                        tracing::debug!(reason, retry_in = ?pause, "etcd refused a watch of our own keys; logging in again and watching anew");
+                        stream = None;
+                        log_in = true;
+                        reopen_at = Some(Instant::now() + pause);
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
+                    if answer.created() {
+                        pause = FIRST_PAUSE;
+                    }
                     let watch_id = answer.watch_id();
                     let Some(id) = watches.handle(watch_id) else { continue };
                     if answer.events().iter().any(|e| e.event_type() == EventType::Delete) {
@@ -261,7 +289,7 @@ async fn drive(
                             let _ = requests.cancel(watch_id).await;
                         }
                     } else if answer.canceled() {
-                        // Compacted past `from` (or refused): look instead,
+                        // Compacted past `from`: look instead,
                         // then watch again, with a new id, from what the
                         // look read.
                         watches.by_watch.remove(&watch_id);
@@ -324,11 +352,14 @@ async fn cancel(requests: Option<&mut WatchRequestSender>, watch_id: i64) -> boo
     }
 }
 
-/// Opens the stream with a watch, each with a new id, for every key.
+/// Opens the stream with a watch, each with a new id, for every key;
+/// after logging in again if `log_in` (a stream's token is the one it is
+/// opened with).
 async fn open(
     client: &Client,
     settings: &Settings,
     watches: &mut Watches,
+    log_in: bool,
 ) -> tenure_core::Result<Stream> {
     let handles: Vec<i64> = watches.keys.keys().copied().collect();
     let Some((&first, rest)) = handles.split_first() else {
@@ -342,6 +373,9 @@ async fn open(
         None => unreachable!("a handle just listed"),
     };
     let from = watches.keys[&first].from;
+    if log_in {
+        log_in_again(client, settings.request_timeout).await?;
+    }
     let stream = crate::error::watch_opened(settings.route, settings.request_timeout, || {
         let mut client = client.watch_client();
         let (key, options) = (first_key.clone(), options(first_watch, from));

@@ -40,7 +40,7 @@ use tenure_core::hosted::{watch_stream, Looks};
 use tenure_core::{Error, LeaderEvent, Result};
 use tokio::time::Instant;
 
-use crate::election::{is_candidate, leader, leader_info};
+use crate::election::{is_candidate, leader, leader_info, log_in_again, refused};
 use crate::error::{map, unary, Route};
 use crate::members::Members;
 use crate::{Settings, RETRY_PAUSE};
@@ -142,6 +142,9 @@ struct Watcher {
     stream: Option<WatchStream>,
     last: Option<LeaderEvent>,
     doubt: Doubt,
+    /// Watches etcd refused in a row ([`refused`]): each waits longer
+    /// before the next, from 40 ms up to a second.
+    refused_in_a_row: u32,
 }
 
 impl Watcher {
@@ -156,6 +159,28 @@ impl Watcher {
             }
             match self.wait().await {
                 Woke::Answer(answer) => {
+                    if let Some(reason) = refused(&answer) {
+                        // The stream's token lapsed (or the auth store
+                        // changed): log in again, then read and watch anew.
+                        self.refused_in_a_row += 1;
+                        let pause = (RETRY_PAUSE * (1 << self.refused_in_a_row.min(6)))
+                            .min(Duration::from_secs(1));
+                        tracing::debug!(prefix = self.prefix, reason, retry_in = ?pause, "etcd refused the watch; logging in again and watching anew");
+                        self.stream = None;
+                        if let Some(member) = self.stream_member {
+                            let within = self.doubt.try_for;
+                            if let Ok(client) = self.members.client_within(member, within).await {
+                                if let Err(e) = log_in_again(&client, within).await {
+                                    tracing::debug!(prefix = self.prefix, error = %e, "logging in again failed");
+                                }
+                            }
+                        }
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    if answer.created() {
+                        self.refused_in_a_row = 0;
+                    }
                     if answer.canceled() {
                         // Compacted past our revision, or cancelled: re-read and re-watch.
                         tracing::debug!(
@@ -453,6 +478,7 @@ pub(crate) async fn watch(
         settings,
         stream: None,
         last: None,
+        refused_in_a_row: 0,
     })
     .await
 }
