@@ -214,6 +214,9 @@ async fn update(
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(refused) = store.faults().refusal(Requests::Update, &ns, Some(&name)) {
+        return refused;
+    }
     let mut object = match parse(&body) {
         Ok(o) => o,
         Err(r) => return r,

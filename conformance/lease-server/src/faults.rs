@@ -3,7 +3,8 @@
 //! (kube-apiserver's 500 "etcdserver: request timed out" or "leader
 //! changed" after etcd applied the write, a load balancer's 502/503/504 in
 //! front of an apiserver that went on), and reads refused (RBAC without a
-//! verb, API Priority and Fairness shedding load with a `Retry-After`), and
+//! verb, API Priority and Fairness shedding load with a `Retry-After`; also
+//! updates and patches, and only the next few if asked), and
 //! every PATCH refused as a server that serves no patch type refuses it.
 
 use std::collections::HashMap;
@@ -26,6 +27,10 @@ pub enum Requests {
     List,
     /// `watch` (a GET of the collection with `watch=1`).
     Watch,
+    /// `update` (a PUT of one Lease; also one that creates it).
+    Update,
+    /// `patch` (a PATCH of one Lease, of any type, server-side apply too).
+    Patch,
 }
 
 impl Requests {
@@ -35,15 +40,26 @@ impl Requests {
             Requests::Get => "get",
             Requests::List => "list",
             Requests::Watch => "watch",
+            Requests::Update => "update",
+            Requests::Patch => "patch",
         }
     }
+}
+
+/// How requests of one kind are refused: with `code` and `retry_after`,
+/// the next `left` of them (`None`: every one).
+#[derive(Clone, Copy, Debug)]
+struct Refusal {
+    code: StatusCode,
+    retry_after: Option<Duration>,
+    left: Option<u32>,
 }
 
 /// The answers set for the next requests. Kept across restarts.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     after_commit: Mutex<Option<(StatusCode, String)>>,
-    refused: Mutex<HashMap<Requests, (StatusCode, Option<Duration>)>>,
+    refused: Mutex<HashMap<Requests, Refusal>>,
     patch_refused: AtomicBool,
 }
 
@@ -66,18 +82,32 @@ impl Faults {
         ))
     }
 
-    /// Every request of `requests` is answered `code` (with `retry_after`)
-    /// until [`stop_refusing`](Self::stop_refusing).
+    /// Every request of `requests` (or the next `left` of them) is answered
+    /// `code` (with `retry_after`) until [`stop_refusing`](Self::stop_refusing).
     pub(crate) fn refuse(
         &self,
         requests: Requests,
         code: StatusCode,
         retry_after: Option<Duration>,
+        left: Option<u32>,
     ) {
-        self.refused
-            .lock()
-            .unwrap()
-            .insert(requests, (code, retry_after));
+        let refusal = Refusal {
+            code,
+            retry_after,
+            left,
+        };
+        let mut refused = self.refused.lock().unwrap();
+        if left == Some(0) {
+            refused.remove(&requests);
+        } else {
+            refused.insert(requests, refusal);
+        }
+    }
+
+    /// Whether requests of `requests` are still refused (a refusal of the
+    /// next few ends once they came).
+    pub(crate) fn refusing(&self, requests: Requests) -> bool {
+        self.refused.lock().unwrap().contains_key(&requests)
     }
 
     pub(crate) fn stop_refusing(&self, requests: Requests) {
@@ -92,7 +122,18 @@ impl Faults {
         ns: &str,
         name: Option<&str>,
     ) -> Option<Response> {
-        let (code, retry_after) = *self.refused.lock().unwrap().get(&requests)?;
+        let (code, retry_after) = {
+            let mut refused = self.refused.lock().unwrap();
+            let refusal = refused.get_mut(&requests)?;
+            let answer = (refusal.code, refusal.retry_after);
+            if let Some(left) = refusal.left.as_mut() {
+                *left -= 1;
+                if *left == 0 {
+                    refused.remove(&requests);
+                }
+            }
+            answer
+        };
         let message = match code.as_u16() {
             // apiserver/pkg/endpoints/handlers/responsewriters/errors.go, Forbidden().
             403 => format!(

@@ -28,7 +28,8 @@
 //   watch.rs       watch over etcd's watch: events, bookmarks, 410 Expired
 //   status.rs      kube-style Status bodies and 422 field errors
 //   faults.rs      answers a real apiserver gives that this one would not
-//                  (a committed write answered 500, refused reads, every
+//                  (a committed write answered 500, refused reads and
+//                  writes, once or until told, every
 //                  PATCH refused 415), set by tests
 //   kubeconfig.rs  kubeconfigs and kube:// URLs that reach a server
 //   main.rs        the `tenure-lease-server` command
@@ -215,7 +216,28 @@ impl LeaseServer {
     /// (`responsewriters.ErrorNegotiated`).
     pub fn refuse(&self, requests: Requests, code: u16, retry_after: Option<Duration>) {
         let code = axum::http::StatusCode::from_u16(code).expect("an HTTP status code");
-        self.faults.refuse(requests, code, retry_after);
+        self.faults.refuse(requests, code, retry_after, None);
+    }
+
+    /// As [`refuse`](Self::refuse), for the next `count` requests of
+    /// `requests` only (every Lease's): a write refused once (a 500 from
+    /// an etcd that timed out before committing, a 429 from API Priority
+    /// and Fairness), then served again. A refused write writes nothing.
+    pub fn refuse_next(
+        &self,
+        requests: Requests,
+        count: u32,
+        code: u16,
+        retry_after: Option<Duration>,
+    ) {
+        let code = axum::http::StatusCode::from_u16(code).expect("an HTTP status code");
+        self.faults.refuse(requests, code, retry_after, Some(count));
+    }
+
+    /// Whether requests of `requests` are still refused: a test can tell
+    /// that the refusals [`refuse_next`](Self::refuse_next) set were used.
+    pub fn refusing(&self, requests: Requests) -> bool {
+        self.faults.refusing(requests)
     }
 
     /// Serves `requests` again.

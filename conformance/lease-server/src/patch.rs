@@ -18,6 +18,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::api::{meta_str, validate, write_failure};
+use super::faults::Requests;
 use super::managed::{self, API_VERSION};
 use super::patches;
 use super::status::{self, FieldError, OptionError};
@@ -136,6 +137,9 @@ pub(crate) async fn patch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(refused) = store.faults().refusal(Requests::Patch, &ns, Some(&name)) {
+        return refused;
+    }
     if let Some(refused) = store.faults().patch_refusal() {
         return refused;
     }

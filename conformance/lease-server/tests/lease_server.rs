@@ -420,6 +420,50 @@ async fn refused_requests_say_why_and_when_to_come_back() {
     assert_eq!(r.status().as_u16(), 200);
 }
 
+/// The knob for refused writes: the next update (PUT) or patch is refused
+/// once, with a `Retry-After` where asked, and writes nothing; the one
+/// after it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_once_writes_nothing_and_the_next_is_served() {
+    use std::time::Duration;
+    use tenure_lease_server::Requests;
+    let f = fixture().await;
+    let (_, created) = f.post(&lease("w", "x", 2, 0)).await;
+    let writes = f.server.writes();
+
+    f.server.refuse_next(Requests::Update, 1, 500, None);
+    let mut update = created.clone();
+    update["spec"]["holderIdentity"] = json!("y");
+    assert!(f.server.refusing(Requests::Update));
+    assert_status(&f.put("w", &update).await, 500, "InternalError");
+    assert!(
+        !f.server.refusing(Requests::Update),
+        "refused more than once"
+    );
+    assert_eq!(f.server.writes(), writes, "a refused update was written");
+    let (code, updated) = f.put("w", &update).await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["spec"]["holderIdentity"], "y");
+
+    f.server
+        .refuse_next(Requests::Patch, 1, 429, Some(Duration::from_secs(1)));
+    let patch = || {
+        f.http
+            .patch(f.url(Some("w")))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"metadata":{"annotations":{"a":"b"}}}"#)
+    };
+    let r = patch().send().await.unwrap();
+    assert_eq!(r.headers()["retry-after"], "1");
+    let answer = (r.status().as_u16(), r.json().await.unwrap());
+    assert_status(&answer, 429, "TooManyRequests");
+    assert_eq!(answer.1["details"]["retryAfterSeconds"], 1);
+    assert_eq!(f.server.writes(), writes + 1, "a refused patch was written");
+    let (code, patched) = answer_of(patch()).await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["metadata"]["annotations"]["a"], "b");
+}
+
 /// A watch hears a change made right after it opened at once, as
 /// kube-apiserver's watch cache tells every watcher at once, however
 /// recently it started, even where the watch starts from a resourceVersion

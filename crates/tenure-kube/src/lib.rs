@@ -510,7 +510,7 @@ impl KubeBackend {
         lease: &Lease,
         held: &KubeGrant,
         operation: &'static str,
-        change: fn(&KubeLease, MicroTime, Duration) -> KubeLease,
+        change: &(dyn Fn(&KubeLease, MicroTime, Duration) -> KubeLease + Sync),
     ) -> Result<std::result::Result<Instant, LossReason>> {
         let name = lease.key().as_str();
         let after = self.timeout(lease.ttl());
@@ -533,6 +533,7 @@ impl KubeBackend {
             .await?
             {
                 Ok(written) => {
+                    last.newest.answered();
                     let from = record::counted_from(from, lease.ttl(), &written);
                     last.lease = record::trimmed(written);
                     // None: what the server stored grants no time at all.
@@ -559,9 +560,31 @@ impl KubeBackend {
         ))
     }
 
+    /// The line a release names reserves from (nominees.rs): read if the
+    /// Lease names a full line, so that waiters may be queued behind it
+    /// (else none); a read that fails or takes longer than a grace costs
+    /// the reserves, not the release.
+    async fn line_for_release(&self, lease: &Lease, held: &KubeGrant) -> Vec<queue::Entry> {
+        let named = nominees::named(&held.last.lock().await.lease).len();
+        if named < nominees::NOMINEES {
+            return Vec::new();
+        }
+        let ttl = lease.ttl();
+        let after = self.timeout(ttl).min(nominees::grace(ttl));
+        let key = lease.key().as_str();
+        match queue::read(&self.inner.api, key, ttl, after).await {
+            Ok(line) => line,
+            Err(error) => {
+                tracing::debug!(lease = key, %error, "could not read the queue before releasing");
+                Vec::new()
+            }
+        }
+    }
+
     /// Waits until the wall clock has left the second of the term's newest
-    /// renewTime, so that the renewal is one a client-go peer can tell from
-    /// the write before it (renew_time.rs). A wait that would outlast the
+    /// renewTime once a write in it was answered, so that the renewal is
+    /// one a client-go peer can tell from the write before it
+    /// (renew_time.rs); after a write in it that failed, a retry goes at once. A wait that would outlast the
     /// lease (the wall clock went back) is refused as unavailable: the
     /// Elector tries again until the deadline.
     async fn next_second(&self, lease: &Lease, held: &KubeGrant) -> Result<()> {
@@ -695,7 +718,7 @@ impl HeartbeatBackend for KubeBackend {
         }
         self.next_second(&lease, held).await?;
         match self
-            .write_ours(&lease, held, "renew lease", record::renewed)
+            .write_ours(&lease, held, "renew lease", &record::renewed)
             .await?
         {
             Ok(sent_at) => Ok(lease.renewed(sent_at, lease.handle().clone())),
@@ -705,8 +728,12 @@ impl HeartbeatBackend for KubeBackend {
 
     async fn release(&self, lease: Lease, held: &KubeGrant) -> Result<()> {
         held.releasing.store(true, Ordering::SeqCst);
-        self.write_ours(&lease, held, "release lease", |last, _, _| {
-            record::released(last)
+        let line = self.line_for_release(&lease, held).await;
+        let holder = lease.holder().as_str();
+        self.write_ours(&lease, held, "release lease", &|last, _, _| {
+            let mut next = record::released(last);
+            nominees::reserve(&mut next, &line, holder);
+            next
         })
         .await
         .map(|_| ())

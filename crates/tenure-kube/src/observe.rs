@@ -69,6 +69,11 @@ impl From<kube::Error> for Failure {
 }
 
 impl Failure {
+    /// The error, and how long the server asked us to stay away.
+    pub(crate) fn into_parts(self) -> (kube::Error, Option<Duration>) {
+        (*self.error, self.retry_after)
+    }
+
     /// 410 Gone / Expired: the history after the resourceVersion is gone.
     fn is_expired(&self) -> bool {
         matches!(&*self.error, kube::Error::Api(e) if e.code == 410)
@@ -145,7 +150,7 @@ fn params_for(name: &str, selector: Option<&str>) -> WatchParams {
 }
 
 /// Sends `request`; a 2xx answer's body, or the failure.
-async fn send(
+pub(crate) async fn send(
     client: &Client,
     mut request: http::Request<Vec<u8>>,
     kind: &'static str,

@@ -10,12 +10,21 @@
 //! first write of the term carrying that second. So a renewal's deadline
 //! counts from that send, not from its own ([`NewestSecond::sent`]).
 //!
-//! A renewal in the same second would then extend nothing, and the
-//! Elector, which schedules the next renewal from the last one's send,
-//! would renew again at once, over and over until the second turns. So a
-//! renewal waits for the wall clock to leave the second of the newest
-//! renewTime it wrote ([`NewestSecond::wait`]): every renewal lands in a
-//! second of its own and counts from its own send. Written renewTimes never
+//! A renewal in the same second as an answered one would then extend
+//! nothing, and the Elector, which schedules the next renewal from the
+//! last one's send, would renew again at once, over and over until the
+//! second turns. So a renewal waits for the wall clock to leave the second
+//! of the newest renewTime it wrote ([`NewestSecond::wait`]) once a write
+//! in that second was answered: every renewal lands in a second of its own
+//! and counts from its own send. After a write that failed (no answer, a
+//! 500) a retry in the same second need not wait: it counts from the
+//! failed write's send, the first of that second, which is later than the
+//! last answered write's, and whichever of the two landed, a client-go
+//! peer sees a change (the failed one's second is not the stored one's,
+//! or it landed and the retry counts from it). At the 2 s minimum TTL,
+//! where renewals settle just after the turn of each second, waiting for
+//! the next second after a failed renewal ran past the lease's end: one
+//! failure ended the term. Written renewTimes never
 //! go backwards, even when the wall clock does (a record repeated after
 //! another would be no change to a peer that missed the one between); a
 //! clock stepped back further than the lease's deadline allows waiting for
@@ -39,6 +48,8 @@ use tokio::time::Instant;
 pub(crate) struct NewestSecond {
     at: DateTime<Utc>,
     first_sent: Instant,
+    /// Whether a write carrying `at`'s second was answered (written).
+    answered: bool,
 }
 
 impl NewestSecond {
@@ -52,12 +63,17 @@ impl NewestSecond {
         NewestSecond {
             at,
             first_sent: sent_at,
+            answered: true,
         }
     }
 
     /// How long until the wall clock has left the second of the newest
-    /// renewTime (zero if it has).
+    /// renewTime (zero if it has, or if no write in that second was
+    /// answered: a retry counts from the first of them all the same).
     pub fn wait(&self) -> Duration {
+        if !self.answered {
+            return Duration::ZERO;
+        }
         let next_second = self.at.trunc_subsecs(0) + k8s_openapi::chrono::TimeDelta::seconds(1);
         (next_second - Utc::now()).to_std().unwrap_or_default()
     }
@@ -74,9 +90,15 @@ impl NewestSecond {
     pub fn sent(&mut self, renew_time: &MicroTime, sent_at: Instant) -> Instant {
         if renew_time.0.timestamp() != self.at.timestamp() {
             self.first_sent = sent_at;
+            self.answered = false;
         }
         self.at = self.at.max(renew_time.0);
         self.first_sent
+    }
+
+    /// The write [`sent`](Self::sent) last was answered: written.
+    pub fn answered(&mut self) {
+        self.answered = true;
     }
 }
 
@@ -110,6 +132,28 @@ mod tests {
         assert_eq!(newest.sent(&next, then), then);
         let again = MicroTime(second + TimeDelta::milliseconds(1_500));
         assert_eq!(newest.sent(&again, then + Duration::from_millis(490)), then);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_a_failed_write_goes_at_once_and_counts_from_the_failed_send() {
+        let t0 = Instant::now();
+        let mut newest = granted_at(Utc::now() - TimeDelta::seconds(1), t0);
+        assert_eq!(newest.wait(), Duration::ZERO);
+        // A write in a second of its own (ahead, so that the wall clock
+        // cannot leave it during the test) fails.
+        let failed = MicroTime(Utc::now() + TimeDelta::seconds(30));
+        let t1 = t0 + Duration::from_millis(10);
+        assert_eq!(newest.sent(&failed, t1), t1);
+        // Not answered: the retry need not wait, and counts from the failed send.
+        assert_eq!(newest.wait(), Duration::ZERO);
+        let retry = newest.next();
+        assert_eq!(retry.0.timestamp(), failed.0.timestamp());
+        assert_eq!(newest.sent(&retry, t1 + Duration::from_millis(5)), t1);
+        newest.answered();
+        assert!(
+            newest.wait() > Duration::from_secs(29),
+            "renewed twice in a second once answered"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -27,6 +27,11 @@ use crate::observe::LeaseWatch;
 use crate::queue::{self, Entry};
 use crate::record::{self, Term};
 
+/// The back-off after a failed join: a delay drawn between half and all of
+/// a cap that doubles from 1 s to 60 s.
+const JOIN_RETRY_MIN: Duration = Duration::from_millis(500);
+const JOIN_RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// What a waiter did about its place in line.
 pub(crate) enum Step {
     /// Nothing to do: wait for a change.
@@ -44,6 +49,7 @@ struct Withdrawal {
     tag: String,
     /// Whether it may be in the queue.
     queued: bool,
+    ttl: Duration,
     after: Duration,
 }
 
@@ -55,11 +61,14 @@ pub(crate) struct Waiter {
     after: Duration,
     /// Its queue entry (the tag also names it on the Lease).
     entry: Entry,
-    /// In the queue (or its join sent).
+    /// In the queue as far as it knows (its join answered).
     queued: bool,
-    /// A join that failed: not tried again before the next read of the Lease
-    /// that a deadline brings.
-    join_failed: bool,
+    /// After a join that failed: when it tries again (never sooner than
+    /// the server's `Retry-After`), and how many failed in a row.
+    rejoin_at: Option<Instant>,
+    join_failures: u32,
+    /// Expired entries of the line as last read: its next join deletes them.
+    stale: Vec<String>,
     /// The queue cannot be joined at all (no PATCH served, or not allowed):
     /// it watches the whole Lease instead, as every waiter did before
     /// there was a line, and takes its turn after the named waiters'.
@@ -89,9 +98,12 @@ impl Waiter {
                 tag: nominees::new_tag(),
                 order: nominees::now_order(),
                 identity: candidacy.identity().as_str().to_owned(),
+                expires: 0,
             },
             queued: false,
-            join_failed: false,
+            rejoin_at: None,
+            join_failures: 0,
+            stale: Vec::new(),
             hears_all: false,
             conflicts: 0,
             withdrawal: None,
@@ -128,21 +140,28 @@ impl Waiter {
     /// change meanwhile); else until its next look, drawn between half and
     /// one and a half of a period that grows with the line (so that the
     /// waiters not named read the Lease a few times a TTL between them, not
-    /// once each), but at least twice the TTL.
+    /// once each), but at least twice the TTL; or until it joins the queue
+    /// again after a join that failed, if that comes first.
     pub(crate) fn until(&mut self, lease: &Lease, expires: Instant) -> Instant {
         if self.position(lease).is_some() || self.hears_all {
             return expires;
         }
         let now = Instant::now();
-        if let Some(at) = self.look_at.filter(|at| *at > now) {
-            return at;
+        let look_at = match self.look_at.filter(|at| *at > now) {
+            Some(at) => at,
+            None => {
+                let line = self.line.as_ref().map_or(0, |(_, line)| line.len()) as u32;
+                let base = (self.ttl * 2).max(Duration::from_secs(5));
+                let period = (base + base * line / 16).min(queue::longest_look(self.ttl));
+                let at = now + period.mul_f64(0.5 + rand::random::<f64>());
+                self.look_at = Some(at);
+                at
+            }
+        };
+        match self.rejoin_at {
+            Some(rejoin_at) if !self.queued => rejoin_at.min(look_at),
+            _ => look_at,
         }
-        let line = self.line.as_ref().map_or(0, |(_, line)| line.len()) as u32;
-        let base = (self.ttl * 2).max(Duration::from_secs(5));
-        let period = (base + base * line / 16).min((self.ttl * 10).max(Duration::from_secs(60)));
-        let at = now + period.mul_f64(0.5 + rand::random::<f64>());
-        self.look_at = Some(at);
-        at
     }
 
     /// Takes its place in line, `lease` (held) as it was just read, the
@@ -150,11 +169,11 @@ impl Waiter {
     /// names fewer than [`NOMINEES`], else joins the queue. Named first
     /// in line, it reads the queue, to know whom to name next.
     pub(crate) async fn settle_in(&mut self, lease: &Lease, watch: &mut LeaseWatch) -> Step {
-        if self.look_at.is_some_and(|at| at <= Instant::now()) {
-            // This is the look its deadline brought: it tries joining and
-            // naming itself again from here on.
+        let looking = self.look_at.is_some_and(|at| at <= Instant::now());
+        if looking {
+            // This is the look its deadline brought: it tries naming itself
+            // again from here on.
             self.look_at = None;
-            self.join_failed = false;
             self.conflicts = 0;
         }
         let named = nominees::named(lease);
@@ -181,10 +200,41 @@ impl Waiter {
         if named.len() < NOMINEES && self.conflicts < 3 && !self.hears_all {
             return self.name_itself(lease, watch).await;
         }
-        if !self.queued && !self.join_failed {
-            self.join().await;
+        if !self.queued {
+            if self.rejoin_at.is_none_or(|at| at <= Instant::now()) {
+                self.join().await;
+            }
+        } else if looking {
+            self.keep_entry().await;
         }
         Step::Wait
+    }
+
+    /// At a look: writes its entry again once half its lifetime has gone,
+    /// or if the queue no longer lists it (passed over, the queue Lease
+    /// deleted), so that it neither expires nor starves.
+    async fn keep_entry(&mut self) {
+        let half = queue::lifetime(self.ttl).as_secs() / 2;
+        if self.entry.expires <= queue::unix_now() + half {
+            self.join().await;
+            return;
+        }
+        match queue::read(&self.api, &self.key, self.ttl, self.after).await {
+            Ok(line) => {
+                let listed = line.iter().any(|e| e.tag == self.entry.tag);
+                self.stale = queue::expired(&line);
+                self.line = Some((Instant::now(), line));
+                if !listed {
+                    tracing::debug!(
+                        lease = self.key,
+                        tag = self.entry.tag,
+                        "no longer in the queue: joining it again"
+                    );
+                    self.join().await;
+                }
+            }
+            Err(error) => tracing::debug!(lease = self.key, %error, "could not read the queue"),
+        }
     }
 
     fn arm(&mut self) -> &mut Withdrawal {
@@ -195,6 +245,7 @@ impl Waiter {
                     key: self.key.clone(),
                     tag: self.entry.tag.clone(),
                     queued: false,
+                    ttl: self.ttl,
                     after: self.after,
                 },
                 |w| Box::pin(withdraw(w)),
@@ -244,10 +295,26 @@ impl Waiter {
         }
     }
 
+    /// Joins the queue, or writes its entry again (a new expiry, the same
+    /// place in line). A join that fails for a while (a 5xx, a 429, no
+    /// answer) is tried again after a back-off, never sooner than the
+    /// server's `Retry-After`; it keeps its place, which is when it first
+    /// came.
     async fn join(&mut self) {
+        // Sent: it may land whatever the answer, so a dropped wait leaves.
         self.arm().queued = true;
-        self.queued = true;
-        match queue::join(&self.api, &self.key, &self.entry, self.after).await {
+        self.entry.expires = queue::unix_now() + queue::lifetime(self.ttl).as_secs();
+        let stale = std::mem::take(&mut self.stale);
+        let joined = queue::join(
+            &self.api,
+            &self.key,
+            &self.entry,
+            &stale,
+            self.ttl,
+            self.after,
+        )
+        .await;
+        match joined {
             Ok(line) => {
                 tracing::debug!(
                     lease = self.key,
@@ -255,21 +322,36 @@ impl Waiter {
                     waiting = line.len(),
                     "joined the queue"
                 );
+                self.queued = true;
+                self.rejoin_at = None;
+                self.join_failures = 0;
+                self.stale = queue::expired(&line);
                 self.line = Some((Instant::now(), line));
             }
-            Err(error) if error.is_retryable() => {
-                // Not fatal: it reads the Lease now and then, and tries
-                // again then.
-                tracing::debug!(lease = self.key, %error, "could not join the queue");
-                self.join_failed = true;
+            Err(failed) if failed.error.is_retryable() => {
+                // Not fatal: it tries again after a back-off.
+                self.queued = false;
+                self.join_failures += 1;
+                let cap = JOIN_RETRY_MIN
+                    .saturating_mul(1 << self.join_failures.min(10))
+                    .min(JOIN_RETRY_MAX);
+                let mut delay = cap.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+                if let Some(asked) = failed.retry_after {
+                    delay = delay.max(asked.min(JOIN_RETRY_MAX));
+                }
+                let error = failed.error;
+                tracing::debug!(lease = self.key, %error, retry_in = ?delay, "could not join the queue");
+                self.rejoin_at = Some(Instant::now() + delay);
             }
-            Err(error) => {
-                tracing::info!(
+            Err(failed) => {
+                let error = failed.error;
+                tracing::warn!(
                     lease = self.key,
                     %error,
                     "cannot join the queue Lease (tenure needs patch on leases.coordination.k8s.io \
-                     for it); watching the whole Lease instead"
+                     for it, and room in its annotations); watching the whole Lease instead"
                 );
+                self.queued = false;
                 self.hears_all = true;
             }
         }
@@ -278,8 +360,9 @@ impl Waiter {
     /// Reads the queue, `lease` as last seen: its holder, who may not
     /// have left the queue yet, is not in line.
     async fn read_line(&mut self, lease: &Lease) {
-        match queue::read(&self.api, &self.key, self.after).await {
+        match queue::read(&self.api, &self.key, self.ttl, self.after).await {
             Ok(mut line) => {
+                self.stale = queue::expired(&line);
                 let holder = lease
                     .spec
                     .as_ref()
@@ -324,19 +407,24 @@ impl Waiter {
     /// Granted: leaves the queue (with the waiters it passed over), in the
     /// background; nothing is left to withdraw.
     pub(crate) fn granted(mut self, skipped: Vec<String>) {
-        if let Some(withdrawal) = self.withdrawal.take() {
+        let mut sent_join = false;
+        if let Some(mut withdrawal) = self.withdrawal.take() {
+            sent_join = withdrawal.state_mut().queued;
             withdrawal.disarm();
         }
+        // With the waiters it passed over goes every expired entry it knows
+        // of (and every one the answer shows: queue::leave).
         let mut leaving = skipped;
-        if self.queued {
+        leaving.append(&mut self.stale);
+        if sent_join {
             leaving.push(self.entry.tag.clone());
         }
         if leaving.is_empty() {
             return;
         }
-        let (api, key, after) = (self.api.clone(), self.key.clone(), self.after);
+        let (api, key, ttl, after) = (self.api.clone(), self.key.clone(), self.ttl, self.after);
         spawn_cleanup(async move {
-            if let Err(error) = queue::leave(&api, &key, &leaving, after).await {
+            if let Err(error) = queue::leave(&api, &key, &leaving, ttl, after).await {
                 tracing::debug!(lease = key, %error, "could not leave the queue");
             }
         });
@@ -349,7 +437,7 @@ async fn withdraw(w: Withdrawal) {
     let tag = std::slice::from_ref(&w.tag);
     let mut line = None;
     if w.queued {
-        match queue::leave(&w.api, &w.key, tag, w.after).await {
+        match queue::leave(&w.api, &w.key, tag, w.ttl, w.after).await {
             Ok(left) => line = Some(left),
             Err(error) => tracing::debug!(lease = w.key, %error, "could not leave the queue"),
         }
@@ -363,7 +451,7 @@ async fn withdraw(w: Withdrawal) {
             return;
         }
         if line.is_none() {
-            line = queue::read(&w.api, &w.key, w.after).await.ok();
+            line = queue::read(&w.api, &w.key, w.ttl, w.after).await.ok();
         }
         let mut next = record::trimmed(lease);
         nominees::unname(&mut next, &w.tag);

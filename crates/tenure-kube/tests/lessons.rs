@@ -610,6 +610,46 @@ async fn a_renewal_writes_its_ttl_over_a_shortened_lease_duration_and_counts_no_
     );
 }
 
+/// client-go sees renewTime to the second, so a renewal waits for the
+/// next second of the wall clock after one that was answered (renew_time.rs).
+/// After a failed one it need not: a retry in the same second counts its
+/// deadline from the failed write's send (the first of that second), which
+/// is later than the last answered renewal's, and is a change to a
+/// client-go peer whichever of the two landed. Renewals settle just after
+/// the turn of each second; at the 2 s minimum TTL a lease granted at
+/// `S + 10 ms` runs until about `S + 1.97 s`, so a retry of a renewal that
+/// failed at `S + 1.01 s` that waited for `S + 2 s` came too late, and one
+/// failed renewal ended the term.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_that_failed_once_is_retried_in_the_same_second_and_the_holder_keeps_leading() {
+    let (env, [a]) = env_with().await;
+    let second = Utc::now().timestamp() + 1;
+    common::wall_clock_at(second, Duration::from_millis(10)).await;
+    let lease = hold(&a, "retried", "a").await;
+    common::wall_clock_at(second + 1, Duration::from_millis(10)).await;
+    env.server.refuse_next(Requests::Update, 1, 500, None);
+    let failed = a.renew(&lease).await;
+    assert!(
+        failed.as_ref().is_err_and(|e| e.is_retryable()),
+        "the renewal refused 500 was {failed:?}"
+    );
+    let retried = a.renew(&lease).await;
+    let renewed =
+        retried.unwrap_or_else(|e| {
+            panic!(
+            "a renewal retried {:?} after the turn of the wall clock's second, {:?} before the \
+             lease's end, after one answered 500: {e}",
+            Duration::from_nanos(Utc::now().timestamp_subsec_nanos().into()),
+            lease.valid_until().saturating_duration_since(Instant::now()),
+        )
+        });
+    assert!(renewed.valid_until() > lease.valid_until() + Duration::from_millis(500));
+    assert!(renewed.is_valid());
+    let stored = spec(&env.raw, "retried").await;
+    assert_eq!(stored.holder_identity.as_deref(), Some("a"));
+    a.release(&renewed).await.unwrap();
+}
+
 /// A Lease API whose Lease `name` is held by a peer that writes nothing
 /// for a while.
 async fn env_with_idle_lease(name: &str) -> Env {
