@@ -1,12 +1,14 @@
 //! The leader's command: started in a process group of its own, killed with
-//! tenure (Linux), signalled as a group.
+//! tenure (Linux), signalled as a group together with whatever it started
+//! that left the group (Linux, see `descendants`).
 
 use std::ffi::OsString;
 use std::io;
 use std::process::ExitStatus;
 
+use crate::descendants::{self, Descendants};
 use crate::failure::Failure;
-use crate::keeper::Keeper;
+use crate::keeper::{self, Keeper};
 
 /// A started command. Its process group (the command and whatever it starts
 /// without leaving the group) is what gets signalled.
@@ -16,6 +18,11 @@ pub struct Child {
     group: libc::pid_t,
     /// The keeper that kills the group if tenure cannot, if any.
     keeper: Option<Keeper>,
+    /// A keeper killed the group at its deadline (found so before its stand-down).
+    keeper_killed: bool,
+    /// tenure's pid and process group: the root of what it started.
+    me: libc::pid_t,
+    my_group: libc::pid_t,
 }
 
 /// How to start a command, beyond its arguments and environment.
@@ -100,7 +107,107 @@ impl Child {
             process,
             group,
             keeper,
+            keeper_killed: false,
+            // SAFETY: getpid and getpgrp have no preconditions.
+            me: unsafe { libc::getpid() },
+            // SAFETY: as above.
+            my_group: unsafe { libc::getpgrp() },
         })
+    }
+
+    /// The keeper's pid, or 0.
+    fn keeper_pid(&self) -> libc::pid_t {
+        self.keeper.as_ref().map_or(0, Keeper::pid)
+    }
+
+    /// What tenure started, at one look (nothing but on Linux).
+    pub fn descendants(&self) -> Descendants {
+        Descendants::of(self.me, self.my_group, self.keeper_pid())
+    }
+
+    /// How many processes tenure started are alive (the command included
+    /// while it runs). Always 0 but on Linux.
+    pub fn alive(&self) -> usize {
+        self.descendants().alive()
+    }
+
+    /// Sends `signal` to the command's group and to every live process
+    /// tenure started that left the group (once each).
+    pub fn signal_all(&self, signal: libc::c_int) {
+        self.signal_group(signal);
+        for member in self.descendants().iter() {
+            if member.alive && member.pgid != self.group {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(member.pid, signal) };
+            }
+        }
+    }
+
+    /// SIGKILLs the group and everything tenure started, until a look finds
+    /// nothing alive that was not killed (see `descendants::kill_all`); the
+    /// killed may take a moment to be gone: see [`Child::alive`].
+    pub fn kill_all(&self) {
+        descendants::kill_all(self.me, self.my_group, self.keeper_pid(), self.group);
+    }
+
+    /// Reaps the adopted orphans that exited (the command itself is waited
+    /// for by [`Child::wait`], the keeper by its own code).
+    pub fn reap_adopted(&self) {
+        for member in self.descendants().iter() {
+            if !member.alive && member.ppid == self.me && member.pid != self.group {
+                let mut status = 0;
+                // SAFETY: waitpid on a child of ours that exited, with a
+                // valid out pointer.
+                unsafe { libc::waitpid(member.pid, &mut status, libc::WNOHANG) };
+            }
+        }
+    }
+
+    /// Makes sure a keeper stands by: continues a stopped one, replaces a
+    /// dead one (told the group and `deadline`). An error if none can: the
+    /// term must then end.
+    pub fn check_keeper(&mut self, deadline: tokio::time::Instant) -> Result<(), String> {
+        let Some(current) = &mut self.keeper else {
+            return Ok(());
+        };
+        let pid = current.pid();
+        match current.state() {
+            keeper::State::Running => Ok(()),
+            keeper::State::Stopped => {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+                tracing::warn!(keeper = pid, "the keeper was stopped; continued it");
+                Ok(())
+            }
+            keeper::State::KilledAtDeadline => {
+                // Its work is done: the group and the rest are dead.
+                self.keeper_killed = true;
+                Ok(())
+            }
+            keeper::State::Gone => {
+                let started = Keeper::start(deadline).and_then(|new| {
+                    new.announce(self.group)?;
+                    Ok(new)
+                });
+                match started {
+                    Ok(new) => {
+                        tracing::warn!(
+                            keeper = pid,
+                            new = new.pid(),
+                            "the keeper died; a new one took over"
+                        );
+                        self.keeper = Some(new);
+                        Ok(())
+                    }
+                    Err(error) => {
+                        self.keeper = None;
+                        Err(format!(
+                            "the keeper (pid {pid}) died and no other could start ({error})"
+                        ))
+                    }
+                }
+            }
+        }
     }
 
     /// Tells the keeper (if any) the deadline past which it kills the group.
@@ -114,8 +221,10 @@ impl Child {
     /// Whether the keeper had killed the group at its deadline.
     pub async fn release_keeper(&mut self) -> bool {
         match self.keeper.take() {
-            Some(keeper) => keeper.stand_down().await == Some(crate::keeper::KILLED_AT_DEADLINE),
-            None => false,
+            Some(keeper) => {
+                keeper.stand_down().await == Some(keeper::KILLED_AT_DEADLINE) || self.keeper_killed
+            }
+            None => self.keeper_killed,
         }
     }
 
@@ -218,6 +327,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn the_command_gets_the_environment_and_its_own_group() {
+        let _one_at_a_time = crate::descendants::PROCESSES.lock().await;
         // Field 5 of /proc/<pid>/stat is the process group.
         let script = "test \"$TENURE_KEY\" = k && test -z \"${HOME+set}\" && test \"$(cut -d' ' -f5 /proc/$$/stat)\" = $$";
         let mut child = Child::spawn(
@@ -232,6 +342,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_missing_program_is_127() {
+        let _one_at_a_time = crate::descendants::PROCESSES.lock().await;
         let failure = Child::spawn(&["/no/such/program".into()], &[], Launch::default())
             .err()
             .unwrap();
@@ -241,6 +352,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn signalling_the_group_reaches_the_command() {
+        let _one_at_a_time = crate::descendants::PROCESSES.lock().await;
         let mut child =
             Child::spawn(&["sleep".into(), "30".into()], &[], Launch::default()).unwrap();
         child.signal_group(libc::SIGTERM);

@@ -10,6 +10,8 @@
 //   keeper.rs     a process beside the command that kills it at the deadline
 //                 even if tenure itself is stopped
 //   child.rs      the command's process group
+//   descendants.rs  what the command started, wherever it went (Linux: tenure
+//                 adopts the orphans, and reads its subtree from /proc)
 //   signals.rs    which signals stop tenure, which are passed on
 //   campaign.rs   `tenure campaign`: lead without a command
 //   status.rs, watch.rs, report.rs   `tenure status` and `tenure watch`, and
@@ -21,6 +23,7 @@ mod args;
 mod campaign;
 mod child;
 mod connect;
+mod descendants;
 mod failure;
 mod keeper;
 mod logging;

@@ -37,6 +37,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         )));
     }
     warn_if_init();
+    adopt_orphans();
     // From here on SIGINT and SIGTERM end tenure only through us.
     let mut signals = Signals::listen()?;
     let election = &args.election;
@@ -51,12 +52,29 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     .await
 }
 
-/// As a container's PID 1, tenure adopts every orphan and reaps none.
+/// As a container's PID 1, tenure adopts every orphan in the container,
+/// not only its command's: those of `docker exec` sessions count as the
+/// command's too (the term waits for them, a lost term kills them).
 fn warn_if_init() {
     if std::process::id() == 1 {
         tracing::warn!(
-            "running as PID 1: orphans of the command will not be reaped; run tenure under an init (docker run --init, tini)"
+            "running as PID 1: every orphan in the container counts as the command's (the term lasts while one lives); run tenure under an init (docker run --init, tini)"
         );
+    }
+}
+
+/// Makes the orphans of what the command starts tenure's (Linux), so that
+/// the term lasts while any of them lives and a lost term kills them all.
+fn adopt_orphans() {
+    match crate::descendants::adopt_orphans() {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::Unsupported => {
+            tracing::debug!("no child subreaper here: only the command's process group is tracked");
+        }
+        Err(error) => tracing::warn!(
+            %error,
+            "cannot become a child subreaper: work that the command's processes leave behind when they exit is not tracked"
+        ),
     }
 }
 

@@ -82,8 +82,9 @@ pub fn keeper_deadline(valid_until: Instant, margin: Duration) -> Instant {
 
 /// Runs `child` for the term: forwards signals, stops the command when the
 /// term ends or its deadline nears, keeps the keeper's deadline current, and
-/// returns once the command has exited (its whole group then gets SIGKILL:
-/// nothing it started outlives it).
+/// returns once nothing tenure started is alive: the command has exited and
+/// so has all it started, wherever it went (Linux; see `descendants`).
+/// Elsewhere the command's group gets SIGKILL once the command has exited.
 pub async fn supervise(
     child: &mut Child,
     term: &Term,
@@ -104,12 +105,37 @@ pub async fn supervise(
     // half a margin (it kills half a margin before the deadline).
     let mut keeper_tick = tokio::time::interval((margin / 2).max(Duration::from_millis(1)));
     keeper_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Once the command has exited, the term goes on while anything it
+    // started lives. The last of them to exit is a child of tenure's (an
+    // orphan is adopted by tenure), whose exit sends SIGCHLD: each SIGCHLD
+    // is a look. This tick is only a backstop.
+    let mut backstop = tokio::time::interval(Duration::from_millis(250));
+    backstop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut exited: Option<ExitStatus> = None;
     let status = loop {
+        if let Some(status) = exited {
+            child.reap_adopted();
+            if child.alive() == 0 {
+                break status;
+            }
+        }
         let kill_at = before(term.valid_until(), margin);
         let term_at = before(term.valid_until(), margin * 2);
         tokio::select! {
             biased;
-            status = child.wait() => break status?,
+            status = child.wait(), if exited.is_none() => {
+                let status = status?;
+                exited = Some(status);
+                let left = child.alive();
+                if left > 0 {
+                    tracing::info!(
+                        pid = child.pid(),
+                        %status,
+                        left,
+                        "the command exited; what it started still runs: the term goes on until it ends"
+                    );
+                }
+            }
             reason = &mut lost, if !lost_seen => {
                 lost_seen = true;
                 watch.on_loss(child, reason);
@@ -126,15 +152,27 @@ pub async fn supervise(
                 }
             }
             _ = keeper_tick.tick() => {
-                child.keep_until(keeper_deadline(term.valid_until(), margin));
+                let deadline = keeper_deadline(term.valid_until(), margin);
+                child.keep_until(deadline);
+                if let Err(why) = child.check_keeper(deadline) {
+                    watch.terminate(child, why);
+                }
             }
+            _ = backstop.tick(), if exited.is_some() => {}
             received = signals.recv() => {
                 if received.suspends() {
                     watch.suspend(child, term, margin);
                 } else if received.child_changed() {
-                    watch.check_stopped(child);
+                    if exited.is_none() {
+                        watch.check_stopped(child);
+                    }
+                    child.reap_adopted();
+                    let deadline = keeper_deadline(term.valid_until(), margin);
+                    if let Err(why) = child.check_keeper(deadline) {
+                        watch.terminate(child, why);
+                    }
                 } else {
-                    child.signal_group(received.0);
+                    child.signal_all(received.0);
                     tracing::info!(signal = received.0, pid = child.pid(), "passed the signal on to the command");
                     if received.stops() {
                         watch.stop.get_or_insert(received);
@@ -143,8 +181,14 @@ pub async fn supervise(
             }
         }
     };
-    // Nothing the command started may outlive it (or the term).
-    child.signal_group(libc::SIGKILL);
+    // Nothing the command started may outlive the term: on Linux nothing is
+    // alive by now; elsewhere this is what ends the rest of its group. The
+    // term ends once the killed are gone.
+    child.kill_all();
+    while child.alive() > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        child.reap_adopted();
+    }
     if child.release_keeper().await && watch.lost.is_none() {
         watch.lost = Some(
             "tenure was held up past the lease's local deadline (stopped?); its keeper killed the command"
@@ -167,7 +211,7 @@ impl Watch {
     /// Signals first, logs after: a log line never holds up the signal.
     fn terminate(&mut self, child: &Child, why: String) {
         if !self.terminated && !self.killed {
-            child.signal_group(libc::SIGTERM);
+            child.signal_all(libc::SIGTERM);
             self.terminated = true;
             tracing::warn!(pid = child.pid(), "{why}; sent SIGTERM to the command");
         }
@@ -176,7 +220,7 @@ impl Watch {
 
     /// Signals first, logs after.
     fn kill(&mut self, child: &Child, margin: Duration) {
-        child.signal_group(libc::SIGKILL);
+        child.kill_all();
         self.killed = true;
         self.lost
             .get_or_insert_with(|| "the lease's local deadline came without a renewal".to_owned());
@@ -192,12 +236,12 @@ impl Watch {
     /// while stopped gets its still-stopped group SIGKILLed; otherwise the
     /// group is continued.
     fn suspend(&mut self, child: &Child, term: &Term, margin: Duration) {
-        child.signal_group(libc::SIGSTOP);
+        child.signal_all(libc::SIGSTOP);
         tracing::info!(pid = child.pid(), "SIGTSTP: stopped the command; stopping");
         crate::signals::stop_self();
         let over = term.ended().is_some() || before(term.valid_until(), margin) <= Instant::now();
         if over {
-            child.signal_group(libc::SIGKILL);
+            child.kill_all();
             self.killed = true;
             self.lost.get_or_insert_with(|| {
                 "tenure was suspended (SIGTSTP) until its term was over".to_owned()
@@ -207,7 +251,7 @@ impl Watch {
                 "continued after the term was over; sent SIGKILL to the stopped command"
             );
         } else {
-            child.signal_group(libc::SIGCONT);
+            child.signal_all(libc::SIGCONT);
             tracing::info!(
                 pid = child.pid(),
                 "continued within the term; continued the command"
@@ -236,7 +280,7 @@ impl Watch {
                  process group; give it no terminal input, e.g. --no-stdin); sent SIGTERM"
             );
         } else if !self.killed {
-            child.signal_group(libc::SIGKILL);
+            child.kill_all();
             self.killed = true;
             tracing::error!(pid = child.pid(), signal, "stopped again; sent SIGKILL");
         }
@@ -273,6 +317,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_renewed_term_lets_the_command_run_past_its_ttl() {
+        let _one_at_a_time = crate::descendants::PROCESSES.lock().await;
         let backend = Arc::new(MemoryBackend::new());
         let leadership = lead(&backend, Duration::from_millis(600)).await;
         let mut child = sh("sleep 1.5");
@@ -293,6 +338,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn without_renewals_a_command_ignoring_sigterm_dies_before_the_deadline() {
+        let _one_at_a_time = crate::descendants::PROCESSES.lock().await;
         let backend = Arc::new(MemoryBackend::new());
         let leadership = lead(&backend, Duration::from_secs(1)).await;
         let term = leadership.term();
@@ -323,6 +369,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_revoked_term_sends_sigterm_at_once() {
+        let _one_at_a_time = crate::descendants::PROCESSES.lock().await;
         let backend = Arc::new(MemoryBackend::new());
         let ttl = Duration::from_secs(3);
         let leadership = lead(&backend, ttl).await;
@@ -344,8 +391,10 @@ mod tests {
 
     #[test]
     fn a_log_writer_that_never_returns_holds_up_no_kill() {
+        let _one_at_a_time = crate::descendants::PROCESSES.blocking_lock();
         // Standard error as a pipe nobody reads: every write blocks forever.
         let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let (subscriber, drain) =
                 crate::logging::subscriber("warn", crate::logging::tests::Stuck);
@@ -369,7 +418,14 @@ mod tests {
                     let _ = supervise(&mut child, &term, &mut signals, margin).await;
                 });
             });
+            let _ = done_tx.send(());
         });
+        // supervise returns once the command is gone; until then it looks
+        // after every child of this process: hold the others' tests back.
+        let finished = || {
+            done.recv_timeout(Duration::from_secs(10))
+                .expect("supervise did not return")
+        };
         let (pid, deadline) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         let gone = || {
             std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
@@ -386,6 +442,7 @@ mod tests {
                     "the command died {:?} after the lease's deadline",
                     now - deadline
                 );
+                finished();
                 return;
             }
             if now > deadline + Duration::from_secs(2) {

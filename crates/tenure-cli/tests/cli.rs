@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Trial};
+use support::escape::{escapee, ticks, Escape, Reaper};
+use support::{children_of, epoch_ns, mentions_all, process_state, signal_status};
 use support::{etcd, finish, json, lines, now_ns, process_gone, scratch, tenure, wait_until};
-use support::{mentions_all, process_state, signal_status};
 use support::{Background, Failed, Outcome};
 
 /// The TTL of the etcd cases: etcd's smallest.
@@ -63,6 +64,17 @@ fn main() {
         etcd_sigstop_of_the_leader_kills_its_command_before_the_standby_starts,
         etcd_a_standard_error_nobody_reads_holds_up_no_kill,
         etcd_status_and_watch_follow_a_led_key,
+        setsid_work_keeps_the_term_until_it_ends,
+        double_forked_work_keeps_the_term_until_it_ends,
+        work_under_timeout_keeps_the_term_until_it_ends,
+        job_control_work_keeps_the_term_until_it_ends,
+        etcd_setsid_work_dies_before_the_standby_runs,
+        etcd_double_forked_work_dies_before_the_standby_runs,
+        etcd_work_under_timeout_dies_before_the_standby_runs,
+        etcd_job_control_work_dies_before_the_standby_runs,
+        etcd_sigstop_of_the_leader_kills_work_under_timeout_before_the_standby_runs,
+        the_keeper_is_not_matched_by_pkill_patterns_for_tenure,
+        a_killed_keeper_is_replaced_and_still_kills_at_the_deadline,
     ];
     let conclusion = libtest_mimic::run(&args, trials);
     etcd::stop();
@@ -148,6 +160,12 @@ impl Election {
     /// `tenure run` for `identity` with the etcd cases' TTL and `flags`,
     /// its command `sh -c <script>`.
     fn run(&self, identity: &str, flags: &[&str], script: &str) -> Command {
+        self.run_words(identity, flags, &["sh", "-c", script])
+    }
+
+    /// `tenure run` for `identity` with the etcd cases' TTL and `flags`,
+    /// its command `words`.
+    fn run_words(&self, identity: &str, flags: &[&str], words: &[&str]) -> Command {
         let url = self.etcd.url();
         let mut args = vec![
             "run",
@@ -161,7 +179,8 @@ impl Election {
             TTL,
         ];
         args.extend_from_slice(flags);
-        args.extend(["--", "sh", "-c", script]);
+        args.push("--");
+        args.extend_from_slice(words);
         let mut command = tenure(args);
         command.env("OUT", self.out());
         command
@@ -933,4 +952,253 @@ impl FullPipe {
         use std::io::Write;
         while self.filler.write(&[b'x'; 512]).is_ok() {}
     }
+}
+
+// ---- what the command starts, wherever it goes ----
+
+/// Work that escaped the command's process group (`escape`), ignores
+/// SIGTERM and lasts a second: SIGTERM to tenure does not end it, and
+/// tenure's term ends (tenure exits) only once the work has ended by itself.
+fn the_term_lasts_until_work_escaped_by(escape: Escape) -> Outcome {
+    if let Some(program) = escape.missing() {
+        println!("    skipped: {program} is not installed");
+        return Ok(());
+    }
+    let dir = scratch(&format!("escape-{escape:?}"));
+    let out = dir.join("out");
+    let mut command = memory_run(&["-v"], escape.command());
+    // 100 ticks of at least 10 ms: a second at least.
+    command.env("OUT", &out).env("ESCAPEE", escapee(Some(100)));
+    let mut run = Background::start("run", command, &dir)?;
+    let pid = wait_until("the escaped loop to start", QUICK, || {
+        ticks(&out).first().map(|t| t.pid)
+    })?;
+    let _reaper = Reaper(pid);
+    run.signal(libc::SIGTERM);
+    let (status, exited) = run.wait(QUICK)?;
+    let exited_ns = epoch_ns(exited);
+    let alive = !process_gone(pid);
+    let all = ticks(&out);
+    let after = all.iter().filter(|t| t.at_ns > exited_ns).count();
+    let end = all.iter().find(|t| t.end).copied();
+    ensure!(
+        !alive && after == 0,
+        "tenure exited ({status}) while the loop its command started ({escape:?}, pid {pid}) ran on: {after} ticks after, alive: {alive}; tenure's log:\n{}",
+        run.stderr()
+    );
+    ensure!(
+        end.is_some_and(|end| end.at_ns <= exited_ns),
+        "the loop its command started ({escape:?}, pid {pid}) was killed, not waited for ({} ticks of 100, tenure exited {status}); tenure's log:\n{}",
+        all.len(),
+        run.stderr()
+    );
+    println!(
+        "    tenure ({status}) exited {:.0} ms after its command's {escape:?} loop ended",
+        (exited_ns - end.map_or(0, |e| e.at_ns)) as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn setsid_work_keeps_the_term_until_it_ends() -> Outcome {
+    the_term_lasts_until_work_escaped_by(Escape::Setsid)
+}
+
+fn double_forked_work_keeps_the_term_until_it_ends() -> Outcome {
+    the_term_lasts_until_work_escaped_by(Escape::DoubleFork)
+}
+
+fn work_under_timeout_keeps_the_term_until_it_ends() -> Outcome {
+    the_term_lasts_until_work_escaped_by(Escape::Timeout)
+}
+
+fn job_control_work_keeps_the_term_until_it_ends() -> Outcome {
+    the_term_lasts_until_work_escaped_by(Escape::JobControl)
+}
+
+/// How the leader loses its term in [`escaped_work_dies_before_the_standby_runs`].
+#[derive(Clone, Copy, Debug)]
+enum Loss {
+    /// etcd is frozen: no renewal succeeds, tenure kills at its deadline.
+    EtcdFrozen,
+    /// tenure is stopped (SIGSTOP): its keeper kills at its deadline.
+    TenureStopped,
+}
+
+/// Leader a's command leaves work running forever outside its group
+/// (`escape`), ignoring SIGTERM; b waits. While that work runs a leads (b's
+/// command does not start); once a loses its term (`loss`) the work is
+/// SIGKILLed within the TTL, and none of its ticks comes after b's start.
+fn escaped_work_dies_before_the_standby_runs(
+    escape: Escape,
+    loss: Loss,
+    key: &'static str,
+) -> Outcome {
+    if let Some(program) = escape.missing() {
+        println!("    skipped: {program} is not installed");
+        return Ok(());
+    }
+    let election = Election::new(key, key);
+    let work = election.dir.join("work");
+    let mut command = election.run_words("a", &["-v"], escape.command());
+    command.env("OUT", &work).env("ESCAPEE", escapee(None));
+    let mut a = Background::start("a", command, &election.dir)?;
+    let pid = wait_until("a's escaped loop to start", QUICK, || {
+        ticks(&work).first().map(|t| t.pid)
+    })?;
+    let _reaper = Reaper(pid);
+    let mut b = election.sleeper("b")?;
+    wait_until("b to queue up (or lead)", QUICK, || {
+        (election.etcd.candidates(key) == 2 || !started(&election.out()).is_empty()).then_some(())
+    })?;
+    if let Some(second) = started(&election.out()).first() {
+        let late = ticks(&work)
+            .iter()
+            .filter(|t| t.at_ns >= second.at_ns)
+            .count();
+        return Err(format!(
+            "b's command started while a's {escape:?} loop (pid {pid}, alive: {}) was a's to run: {late} of its ticks came after; a's log:\n{}",
+            !process_gone(pid),
+            a.stderr()
+        )
+        .into());
+    }
+    let lost = Instant::now();
+    let paused = match loss {
+        Loss::EtcdFrozen => Some(election.etcd.pause()),
+        Loss::TenureStopped => {
+            a.signal(libc::SIGSTOP);
+            None
+        }
+    };
+    let dead = wait_until(
+        "a's escaped loop to be killed",
+        Duration::from_secs(3),
+        || process_gone(pid).then(Instant::now),
+    );
+    drop(paused);
+    let after = dead? - lost;
+    println!(
+        "    a's {escape:?} loop SIGKILLed {} ms after {loss:?} (TTL {TTL})",
+        after.as_millis()
+    );
+    ensure!(
+        after < Duration::from_secs(1),
+        "a's {escape:?} loop outlived the TTL: {after:?}"
+    );
+    let second = election.started_by("b", Duration::from_secs(5))?;
+    let late = ticks(&work)
+        .iter()
+        .filter(|t| t.at_ns >= second.at_ns)
+        .count();
+    ensure!(
+        late == 0,
+        "{late} ticks of a's {escape:?} loop came after b's command started"
+    );
+    if let Loss::TenureStopped = loss {
+        a.signal(libc::SIGCONT);
+    }
+    a.exits_with(75, QUICK)?;
+    b.end(libc::SIGTERM, QUICK)?;
+    Ok(())
+}
+
+fn etcd_setsid_work_dies_before_the_standby_runs() -> Outcome {
+    escaped_work_dies_before_the_standby_runs(Escape::Setsid, Loss::EtcdFrozen, "esc-setsid")
+}
+
+fn etcd_double_forked_work_dies_before_the_standby_runs() -> Outcome {
+    escaped_work_dies_before_the_standby_runs(Escape::DoubleFork, Loss::EtcdFrozen, "esc-fork")
+}
+
+fn etcd_work_under_timeout_dies_before_the_standby_runs() -> Outcome {
+    escaped_work_dies_before_the_standby_runs(Escape::Timeout, Loss::EtcdFrozen, "esc-timeout")
+}
+
+fn etcd_job_control_work_dies_before_the_standby_runs() -> Outcome {
+    escaped_work_dies_before_the_standby_runs(Escape::JobControl, Loss::EtcdFrozen, "esc-jobs")
+}
+
+fn etcd_sigstop_of_the_leader_kills_work_under_timeout_before_the_standby_runs() -> Outcome {
+    escaped_work_dies_before_the_standby_runs(Escape::Timeout, Loss::TenureStopped, "esc-stop")
+}
+
+/// The keeper of the `tenure` process `tenure` whose command is `command`:
+/// its other child.
+fn keeper_of(tenure: libc::pid_t, command: libc::pid_t) -> Result<libc::pid_t, Failed> {
+    wait_until("tenure's keeper", QUICK, || {
+        children_of(tenure).into_iter().find(|&pid| pid != command)
+    })
+}
+
+/// The pids `pgrep args` lists.
+fn pgrep(args: &[&str]) -> Result<Vec<libc::pid_t>, Failed> {
+    let out = Command::new("pgrep").args(args).output()?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect())
+}
+
+fn the_keeper_is_not_matched_by_pkill_patterns_for_tenure() -> Outcome {
+    if !Path::new("/usr/bin/pgrep").exists() {
+        println!("    skipped: pgrep is not installed");
+        return Ok(());
+    }
+    let dir = scratch("keeper-name");
+    let (mut run, pid) = pid_printer(&dir, &["--ttl", "10s"], &[])?;
+    let keeper = keeper_of(run.pid, pid)?;
+    for pattern in [&["tenure"][..], &["-f", "tenure run"]] {
+        let matched = pgrep(pattern)?;
+        ensure!(
+            matched.contains(&run.pid),
+            "pgrep {pattern:?} does not find tenure itself ({matched:?})"
+        );
+        ensure!(
+            !matched.contains(&keeper),
+            "pgrep {pattern:?} (as pkill would) matches tenure's keeper {keeper} ({:?}, {:?})",
+            std::fs::read_to_string(format!("/proc/{keeper}/comm")).unwrap_or_default(),
+            std::fs::read(format!("/proc/{keeper}/cmdline")).unwrap_or_default()
+        );
+    }
+    run.end(libc::SIGTERM, QUICK)?;
+    Ok(())
+}
+
+fn a_killed_keeper_is_replaced_and_still_kills_at_the_deadline() -> Outcome {
+    let dir = scratch("keeper-killed");
+    let (mut run, pid) = pid_printer(&dir, &["--ttl", "1s"], &[])?;
+    let _reaper = Reaper(pid);
+    let first = keeper_of(run.pid, pid)?;
+    support::signal(first, libc::SIGKILL);
+    // Renewals come every TTL/3: tenure hears of the keeper's death by then.
+    let second = wait_until("a new keeper", Duration::from_secs(3), || {
+        children_of(run.pid)
+            .into_iter()
+            .find(|&p| p != pid && p != first && !process_gone(p))
+    })?;
+    let stopped = Instant::now();
+    run.signal(libc::SIGSTOP);
+    let dead = wait_until(
+        "the command to be killed by the new keeper",
+        Duration::from_secs(3),
+        || process_gone(pid).then(Instant::now),
+    );
+    run.signal(libc::SIGCONT);
+    let after = dead? - stopped;
+    println!(
+        "    keeper {first} killed, {second} took over; command killed {} ms after tenure stopped (TTL 1s)",
+        after.as_millis()
+    );
+    ensure!(
+        after < Duration::from_secs(1),
+        "the command outlived the TTL: {after:?}"
+    );
+    run.exits_with(75, QUICK)?;
+    let warned = run.stderr().matches("keeper").count();
+    ensure!(
+        warned >= 1,
+        "no word of the keeper's death: {}",
+        run.stderr()
+    );
+    Ok(())
 }

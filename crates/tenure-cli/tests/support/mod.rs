@@ -1,6 +1,7 @@
 //! Running the `tenure` binary from tests: to the end with a time limit, or
 //! in the background; bounded waits; scratch files.
 
+pub mod escape;
 pub mod etcd;
 
 use std::path::{Path, PathBuf};
@@ -312,4 +313,30 @@ impl Drop for Background {
             self.signal_now(libc::SIGKILL);
         }
     }
+}
+
+/// The processes whose parent is `parent` (zombies too), from /proc.
+pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &libc::pid_t| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// The time since the epoch of `at`, in ns (as `date +%s%N` prints it).
+pub fn epoch_ns(at: SystemTime) -> i128 {
+    at.duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i128
 }
