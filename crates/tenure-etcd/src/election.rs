@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use tenure_core::{CandidateId, FencingToken, LeaderInfo, Result, MAX_IDENTITY_LEN};
 
-use crate::error::{map, BACKEND};
+use crate::error::{map, Route, BACKEND};
+use crate::members::Via;
 use crate::Settings;
 
 /// The key prefix shared by an election's candidates (ends with `/`).
@@ -80,7 +81,7 @@ const PAGE: i64 = 64;
 /// first; only then do further pages follow, read at the first one's
 /// revision so that the walk sees one state of the store.
 async fn walk(
-    client: &Client,
+    via: Via<'_>,
     prefix: &str,
     settings: &Settings,
     order: SortOrder,
@@ -111,7 +112,7 @@ async fn walk(
         if let Some(revision) = revision {
             options = options.with_revision(revision);
         }
-        let mut answer = settings.get(client, prefix, Some(options)).await?;
+        let mut answer = via.get(prefix.as_bytes(), Some(options), settings).await?;
         let read_at = *revision.get_or_insert(answer.header().map_or(0, |h| h.revision()));
         let more = answer.more();
         let mut fresh = 0;
@@ -142,18 +143,26 @@ async fn walk(
 
 /// The current leader of the election (the candidate key with the lowest
 /// create revision) and the revision read at: one linearizable read.
-pub(crate) async fn leader(
-    client: &Client,
+pub(crate) async fn leader<'a>(
+    via: impl Into<Via<'a>>,
     prefix: &str,
     settings: &Settings,
 ) -> Result<(Option<KeyValue>, i64)> {
     let mut leader = None;
-    let revision = walk(client, prefix, settings, SortOrder::Ascend, None, 1, |kv| {
-        if is_candidate(prefix, kv.key()) {
-            leader = Some(kv.clone());
-        }
-        leader.is_some()
-    })
+    let revision = walk(
+        via.into(),
+        prefix,
+        settings,
+        SortOrder::Ascend,
+        None,
+        1,
+        |kv| {
+            if is_candidate(prefix, kv.key()) {
+                leader = Some(kv.clone());
+            }
+            leader.is_some()
+        },
+    )
     .await?;
     Ok((leader, revision))
 }
@@ -176,15 +185,15 @@ pub(crate) struct Position {
 /// (deleted by hand, its lease revoked, or etcd#15247's stalled leader
 /// revoking it), and we would claim leadership on a key that is gone while
 /// the candidate after us claims it too.
-pub(crate) async fn position(
-    client: &Client,
+pub(crate) async fn position<'a>(
+    via: impl Into<Via<'a>>,
     prefix: &str,
     create_revision: i64,
     settings: &Settings,
 ) -> Result<Position> {
     let (mut ours_exists, mut predecessor, mut before_it) = (false, None, false);
     let revision = walk(
-        client,
+        via.into(),
         prefix,
         settings,
         SortOrder::Descend,
@@ -213,8 +222,9 @@ pub(crate) async fn position(
 }
 
 /// Creates our key if it does not exist; returns its create revision.
-pub(crate) async fn create_key(
-    client: &Client,
+/// Safe to send twice: a create whose first answer was lost finds the key.
+pub(crate) async fn create_key<'a>(
+    via: impl Into<Via<'a>>,
     key: &str,
     identity: &str,
     lease_id: i64,
@@ -228,7 +238,7 @@ pub(crate) async fn create_key(
             Some(etcd_client::PutOptions::new().with_lease(lease_id)),
         )])
         .or_else([TxnOp::get(key, None)]);
-    let answer = settings.txn(client, &txn).await?;
+    let answer = via.into().txn(&txn, settings).await?;
     if answer.succeeded() {
         return Ok(answer.header().map_or(0, |h| h.revision()));
     }
@@ -252,18 +262,23 @@ pub(crate) const MAX_TXN_OPS: usize = 128;
 /// Whether each key (name, create revision) still exists with that create
 /// revision (etcd#11456, etcd#19597): one linearizable read for one key, a
 /// read-only transaction of gets per [`MAX_TXN_OPS`] keys for more.
-pub(crate) async fn still_ours_all(
-    client: &Client,
+pub(crate) async fn still_ours_all<'a>(
+    via: impl Into<Via<'a>>,
     keys: &[(String, i64)],
     settings: &Settings,
 ) -> Result<Vec<bool>> {
+    let via = via.into();
     let ours = |kvs: &[KeyValue], create_revision: i64| {
         kvs.first()
             .is_some_and(|kv| kv.create_revision() == create_revision)
     };
     if let [(key, create_revision)] = keys {
-        let answer = settings
-            .get(client, key, Some(GetOptions::new().with_keys_only()))
+        let answer = via
+            .get(
+                key.as_bytes(),
+                Some(GetOptions::new().with_keys_only()),
+                settings,
+            )
             .await?;
         return Ok(vec![ours(answer.kvs(), *create_revision)]);
     }
@@ -275,7 +290,7 @@ pub(crate) async fn still_ours_all(
                 .map(|(key, _)| TxnOp::get(key.as_str(), Some(GetOptions::new().with_keys_only())))
                 .collect::<Vec<_>>(),
         );
-        let answer = settings.txn(client, &txn).await?;
+        let answer = via.txn(&txn, settings).await?;
         let gets = answer.op_responses().into_iter().map(|op| match op {
             etcd_client::TxnOpResponse::Get(get) => Some(get),
             _ => None,
@@ -298,19 +313,27 @@ pub(crate) async fn still_ours_all(
 /// Deletes `key` whatever its create revision: only for a name that no one
 /// else ever uses (a withdrawn candidacy's, whose create revision is not
 /// known because its create was never answered).
-pub(crate) async fn delete_by_name(client: &Client, key: &str, settings: &Settings) -> Result<()> {
-    settings
-        .unary(client, "delete", || {
-            let mut kv = client.kv_client();
-            async move { kv.delete(key, None).await }
+pub(crate) async fn delete_by_name<'a>(
+    via: impl Into<Via<'a>>,
+    key: &str,
+    settings: &Settings,
+) -> Result<()> {
+    via.into()
+        .unary(settings, |client, settings| async move {
+            settings
+                .unary(&client, "delete", || {
+                    let mut kv = client.kv_client();
+                    async move { kv.delete(key, None).await }
+                })
+                .await
         })
         .await?;
     Ok(())
 }
 
 /// Deletes our key only if it is still the one we created (etcd#22082).
-pub(crate) async fn delete_if_ours(
-    client: &Client,
+pub(crate) async fn delete_if_ours<'a>(
+    via: impl Into<Via<'a>>,
     key: &str,
     create_revision: i64,
     settings: &Settings,
@@ -322,7 +345,7 @@ pub(crate) async fn delete_if_ours(
             create_revision,
         )])
         .and_then([TxnOp::delete(key, None)]);
-    settings.txn(client, &txn).await?;
+    via.into().txn(&txn, settings).await?;
     Ok(())
 }
 
@@ -337,63 +360,95 @@ pub(crate) async fn delete_if_ours(
 /// A watch etcd refuses ([`refused`]) is neither: the client logs in again
 /// and watches anew, once; refused again, the error says why (retryable if
 /// for the token, as after an auth-store change racing the login).
-pub(crate) async fn deleted(
-    client: &Client,
+pub(crate) async fn deleted<'a>(
+    via: impl Into<Via<'a>>,
     key: &[u8],
     create_revision: i64,
     from_revision: i64,
     settings: &Settings,
 ) -> Result<()> {
+    let via = via.into();
     let options = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
     let mut logged_in = false;
     'watch: loop {
-        let mut stream =
-            crate::error::watch_opened(settings.route, settings.request_timeout, || {
-                let (mut watches, options) = (client.watch_client(), options.clone());
-                async move { watches.watch(key.to_vec(), Some(options)).await }
-            })
-            .await
-            .map_err(map)?;
-        let mut looked = false;
-        while let Some(answer) = stream.message().await.map_err(map)? {
-            if let Some(reason) = refused(&answer) {
-                if logged_in {
-                    return Err(refusal(reason, key));
+        // On one member of several: the one that answered last, unless set
+        // aside (one that fails the watch is, and the caller comes back).
+        // Opening may hang on a frozen member: bounded (the waiter next in
+        // line does not wait for it meanwhile; it looks for itself).
+        let (client, member) = via.watch_client(settings.request_timeout).await?;
+        let on_member = Settings {
+            key_prefix: settings.key_prefix.clone(),
+            request_timeout: settings.request_timeout,
+            route: match member {
+                Some(_) => Route::ThisMember,
+                None => settings.route,
+            },
+        };
+        let watched = async {
+            let opened =
+                crate::error::watch_opened(on_member.route, on_member.request_timeout, || {
+                    let (mut watches, options) = (client.watch_client(), options.clone());
+                    async move { watches.watch(key.to_vec(), Some(options)).await }
+                });
+            let mut stream =
+                tenure_core::hosted::bounded("watch", on_member.request_timeout, opened)
+                    .await?
+                    .map_err(map)?;
+            let mut looked = false;
+            while let Some(answer) = stream.message().await.map_err(map)? {
+                if let Some(reason) = refused(&answer) {
+                    return Ok(Some(reason.to_owned()));
                 }
-                tracing::debug!(
-                    reason,
-                    "etcd refused the watch of our predecessor; logging in again"
-                );
-                log_in_again(client, settings.request_timeout).await?;
-                logged_in = true;
-                continue 'watch;
-            }
-            if answer.canceled()
-                || answer
-                    .events()
-                    .iter()
-                    .any(|e| e.event_type() == EventType::Delete)
-            {
-                return Ok(());
-            }
-            if answer.created() && !looked {
-                looked = true;
-                let now = settings.get(client, key, None).await?;
-                if !now
-                    .kvs()
-                    .iter()
-                    .any(|kv| kv.create_revision() == create_revision)
+                if answer.canceled()
+                    || answer
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
                 {
-                    return Ok(());
+                    return Ok(None);
+                }
+                if answer.created() && !looked {
+                    looked = true;
+                    let now = on_member.get(&client, key, None).await?;
+                    if !now
+                        .kvs()
+                        .iter()
+                        .any(|kv| kv.create_revision() == create_revision)
+                    {
+                        return Ok(None);
+                    }
                 }
             }
+            Err(tenure_core::Error::unavailable(
+                BACKEND,
+                "watch stream ended",
+            ))
         }
-        return Err(tenure_core::Error::unavailable(
-            BACKEND,
-            "watch stream ended",
-        ));
+        .await;
+        let reason = match watched {
+            Ok(None) => return Ok(()),
+            Ok(Some(reason)) => reason,
+            Err(error) => {
+                if let (Some(member), true) = (member, error.is_retryable()) {
+                    if let Via::Members(members) = via {
+                        members.avoid(member);
+                    }
+                }
+                return Err(error);
+            }
+        };
+        if logged_in {
+            return Err(refusal(&reason, key));
+        }
+        tracing::debug!(
+            reason,
+            "etcd refused the watch of our predecessor; logging in again"
+        );
+        log_in_again(&client, settings.request_timeout).await?;
+        logged_in = true;
+        continue 'watch;
     }
 }
 

@@ -333,7 +333,10 @@ impl EtcdBackend {
 
     async fn acquire_inner(&self, candidacy: &Candidacy, mode: AcquireMode) -> Result<Acquisition> {
         let settings = Arc::new(self.settings.for_ttl(candidacy.ttl()));
-        let (client, settings): (&Client, _) = (&self.client, &*settings);
+        // Reads, creates and deletes go to one member at a time, as
+        // renewals do: a frozen member costs a try, not the request
+        // timeout (members.rs).
+        let (client, settings) = (&self.members, &*settings);
         let members = &*self.members;
         let prefix = election::election_prefix(settings, candidacy.key().as_str());
         if mode == AcquireMode::Once {
@@ -707,7 +710,7 @@ impl HeartbeatBackend for EtcdBackend {
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert_with(Instant::now);
         let settings = self.settings.for_ttl(lease.ttl());
-        election::delete_if_ours(&self.client, &held.key, held.create_revision, &settings).await?;
+        election::delete_if_ours(&self.members, &held.key, held.create_revision, &settings).await?;
         // Our key is gone: nothing is left to delete when the handle goes,
         // and the lease is revoked then if nobody else uses it.
         held.released.store(true, Ordering::SeqCst);
@@ -732,7 +735,8 @@ impl HeartbeatBackend for EtcdBackend {
 /// it again for a while ([`Attached::sweep_later`]), and the lease's
 /// revoke, once nobody uses it, takes every key on it.
 struct Candidate {
-    client: Client,
+    /// Where its delete goes: one member at a time.
+    client: Arc<Members>,
     key: String,
     /// Set once the create was answered.
     create_revision: Option<i64>,
@@ -767,7 +771,7 @@ async fn withdraw(candidate: Candidate) {
 /// where known), retrying transient failures until `give_up`, by when
 /// every try has ended too. Whether the delete landed.
 async fn delete_until_gone(
-    client: &Client,
+    client: &Members,
     key: &str,
     create_revision: Option<i64>,
     settings: &Settings,
@@ -802,7 +806,8 @@ async fn delete_until_gone(
 /// the deadline, or after the first release tried, whichever is later)
 /// retires the lease ([`Attached::abandoned`]): it is not waited for.
 struct Held {
-    client: Client,
+    /// Where its delete goes: one member at a time.
+    client: Arc<Members>,
     key: String,
     create_revision: i64,
     settings: Settings,

@@ -1,23 +1,38 @@
-//! One client per member, for the requests that keep a lease alive.
+//! One client per member, for the requests that keep a lease alive and
+//! those that start and end a term.
 //!
 //! etcd-client's channel balances requests over every endpoint at random
 //! (tonic's balancer sees no load), and a frozen member still looks ready:
-//! it gets its share of keep-alives and reads, and each waits out its whole
-//! bound. A lease's renewal instead goes to one member at a time: the one
+//! it gets its share of keep-alives, reads and writes, and each waits out
+//! its whole bound. A lease's renewal, a waiter's look, and a candidate's
+//! create, release and delete instead go to one member at a time: the one
 //! that answered last, unless it failed lately; a try that fails or times
 //! out sets that member aside for [`AVOID_FOR`], and the next try, with the
-//! time left, goes to another.
+//! time left, goes to another ([`Members::unary`], [`Via`]).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, Txn, TxnResponse};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::error::{map, BACKEND};
+use crate::error::{map, Route, BACKEND};
+use crate::Settings;
 use tenure_core::{on_heartbeat_runtime, Error, Result};
+
+/// The shortest first try of a request on one member of several: a
+/// healthy member answers a write or a linearizable read within a few
+/// heartbeats (etcd's default is 100 ms).
+const MIN_TRY: Duration = Duration::from_millis(100);
+
+/// Below this, what is left of a request's timeout is not worth a try.
+const LAST_TRY: Duration = Duration::from_millis(10);
+
+/// No member has answered yet.
+const NONE: usize = usize::MAX;
 
 /// How long a member that failed a try is passed over while another can
 /// be had.
@@ -35,6 +50,9 @@ pub(crate) struct Members {
     /// Where a first pick starts: each lease's next member in turn, so that
     /// they do not all start on the first.
     next: AtomicUsize,
+    /// The member that answered the last request sent through
+    /// [`Members::unary`] ([`NONE`] before the first).
+    last: AtomicUsize,
 }
 
 struct Member {
@@ -57,6 +75,7 @@ impl Members {
             connect,
             avoid_until: Mutex::new(vec![None; endpoints.len()]),
             next: AtomicUsize::new(0),
+            last: AtomicUsize::new(NONE),
         }
     }
 
@@ -71,6 +90,7 @@ impl Members {
             connect: ConnectOptions::new(),
             avoid_until: Mutex::new(vec![None]),
             next: AtomicUsize::new(0),
+            last: AtomicUsize::new(NONE),
         }
     }
 
@@ -113,6 +133,87 @@ impl Members {
         }
     }
 
+    /// The member that answered the last request sent through
+    /// [`unary`](Self::unary), if any.
+    pub(crate) fn last(&self) -> Option<usize> {
+        Some(self.last.load(Ordering::Relaxed)).filter(|&m| m != NONE)
+    }
+
+    /// Notes that `member` answered.
+    pub(crate) fn answered(&self, member: usize) {
+        self.last.store(member, Ordering::Relaxed);
+    }
+
+    /// The bound of a request's first try on one member of several, for a
+    /// request allowed `whole` in all: an eighth of it, at least
+    /// [`MIN_TRY`] (at most `whole`). An eighth of the TTL, as a waiter's
+    /// looks, where the TTL is below the request timeout.
+    pub(crate) fn first_try(whole: Duration) -> Duration {
+        (whole / 8).max(MIN_TRY).min(whole)
+    }
+
+    /// One unary request, made by `request` with a member's client and the
+    /// settings of one try, sent to one member at a time within
+    /// `settings.request_timeout` in all: first to the member that answered
+    /// the last such request, unless it is set aside; a try that fails
+    /// (retryably) or times out sets its member aside, and the next, with
+    /// the time left, goes to another. The first try gets
+    /// [`first_try`](Self::first_try) of the whole, each try after a
+    /// timeout twice the last (a slow link gets its time), so a frozen
+    /// member costs a try, not the request timeout. Every request sent this
+    /// way must be safe to send twice (a try given up may still land): a
+    /// read, a create-if-absent, a delete guarded by a create revision.
+    ///
+    /// With one member (one endpoint, or a client given by the user), the
+    /// request goes once, with the whole timeout, on that client as it is.
+    pub(crate) async fn unary<T, F, Fut>(&self, settings: &Settings, mut request: F) -> Result<T>
+    where
+        F: FnMut(Client, Settings) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if self.members.len() == 1 {
+            let client = self.client(0).await?;
+            return request(client, settings.clone()).await;
+        }
+        let whole = settings.request_timeout;
+        let give_up = Instant::now() + whole;
+        let mut bound = Self::first_try(whole);
+        let mut tries = 0;
+        loop {
+            let member = self.pick(self.last());
+            let left = give_up.saturating_duration_since(Instant::now());
+            let this_try = Settings {
+                key_prefix: settings.key_prefix.clone(),
+                request_timeout: bound.min(left),
+                route: Route::ThisMember,
+            };
+            let within = this_try.request_timeout;
+            let answer = async {
+                let client = self.client_within(member, within).await?;
+                request(client, this_try).await
+            }
+            .await;
+            let error = match answer {
+                Ok(answer) => {
+                    self.answered(member);
+                    return Ok(answer);
+                }
+                Err(error) if error.is_retryable() => error,
+                Err(error) => return Err(error),
+            };
+            self.avoid(member);
+            tries += 1;
+            if matches!(error, Error::Timeout { .. }) {
+                bound = (bound * 2).min(whole);
+            }
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left < LAST_TRY || tries >= 2 * self.members.len() {
+                return Err(error);
+            }
+            tracing::debug!(member, %error, ?left, "a try failed; trying another member");
+        }
+    }
+
     /// `member`'s client within `bound` (a frozen member may not even
     /// finish the handshake): a timeout is [`Error::Timeout`].
     pub(crate) async fn client_within(&self, member: usize, bound: Duration) -> Result<Client> {
@@ -145,6 +246,96 @@ impl Members {
             })
             .await?;
         Ok(client.clone())
+    }
+}
+
+/// Where a request goes: a client as it is (a member's own, for one try
+/// of a renewal or a look; the backend's balanced client), or one member
+/// at a time ([`Members::unary`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Via<'a> {
+    Client(&'a Client),
+    Members(&'a Members),
+}
+
+impl<'a> From<&'a Client> for Via<'a> {
+    fn from(client: &'a Client) -> Self {
+        Via::Client(client)
+    }
+}
+
+impl<'a> From<&'a Members> for Via<'a> {
+    fn from(members: &'a Members) -> Self {
+        Via::Members(members)
+    }
+}
+
+impl<'a> From<&'a Arc<Client>> for Via<'a> {
+    fn from(client: &'a Arc<Client>) -> Self {
+        Via::Client(client)
+    }
+}
+
+impl<'a> From<&'a Arc<Members>> for Via<'a> {
+    fn from(members: &'a Arc<Members>) -> Self {
+        Via::Members(members)
+    }
+}
+
+impl Via<'_> {
+    /// One unary request, made by `request` with a client and the settings
+    /// to send it with.
+    pub(crate) async fn unary<T, F, Fut>(self, settings: &Settings, mut request: F) -> Result<T>
+    where
+        F: FnMut(Client, Settings) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        match self {
+            Via::Client(client) => request(client.clone(), settings.clone()).await,
+            Via::Members(members) => members.unary(settings, request).await,
+        }
+    }
+
+    /// Reads `key` (a prefix, a revision, ... as `options` say).
+    pub(crate) async fn get(
+        self,
+        key: &[u8],
+        options: Option<GetOptions>,
+        settings: &Settings,
+    ) -> Result<GetResponse> {
+        self.unary(settings, |client, settings| {
+            let options = options.clone();
+            async move { settings.get(&client, key, options).await }
+        })
+        .await
+    }
+
+    /// Runs one transaction.
+    pub(crate) async fn txn(self, txn: &Txn, settings: &Settings) -> Result<TxnResponse> {
+        self.unary(settings, |client, settings| async move {
+            settings.txn(&client, txn).await
+        })
+        .await
+    }
+
+    /// A client to open a watch on, within `within`, and the member it is
+    /// (none for a client as it is, and for one member alone): the member
+    /// that answered last, unless it is set aside.
+    pub(crate) async fn watch_client(self, within: Duration) -> Result<(Client, Option<usize>)> {
+        match self {
+            Via::Client(client) => Ok((client.clone(), None)),
+            Via::Members(members) if members.len() == 1 => Ok((members.client(0).await?, None)),
+            Via::Members(members) => {
+                let member = members.pick(members.last());
+                match members.client_within(member, within).await {
+                    Ok(client) => Ok((client, Some(member))),
+                    Err(error) => {
+                        members.avoid(member);
+                        Err(error)
+                    }
+                }
+            }
+        }
     }
 }
 
