@@ -417,8 +417,11 @@ impl HeartbeatBackend for ZooKeeperBackend {
             czxid: held.czxid,
             owner: held.owner,
         };
-        let (sent_at, ours) =
-            renewals::Renewals::still_ours(&held.session, &client, node, &settings).await?;
+        let renewal = renewals::Renewals::still_ours(&held.session, &client, node, &settings);
+        let (sent_at, ours) = held
+            .session
+            .answered_in_time(lease.valid_until(), renewal)
+            .await?;
         if let Err(reason) = ours {
             state.ended = true;
             tracing::debug!(

@@ -65,15 +65,36 @@
 //! Faults pass through as they are: a server that refuses a connection or
 //! resets it resets the client's (a plain close closes it), a silent one is
 //! silent. TLS connections cannot be relayed; tenure-zookeeper refuses them.
+//!
+//! # Leaving a frozen server
+//!
+//! A server that freezes (a GC pause, a stalled VM) answers nothing and
+//! closes nothing. zookeeper-client gives its connection up only after its
+//! connection timeout (a third of the session timeout) of silence, and then
+//! picks the next server at random, the frozen one again as often as not.
+//! Two things here make that quicker, with more than one server:
+//!
+//! - [`Relay::leave`] resets the session's connection on request: the
+//!   backend asks when a renewal went unanswered until only a reserve of its
+//!   lease is left (see `Session::answered_in_time`), and the client, whose
+//!   requests on it fail at once, reconnects.
+//! - The server the client left owing an answer (so asked to, or on its own
+//!   timeout) has its next connection refused at once, unless the client
+//!   reached another server first: zookeeper-client then tries the next
+//!   server without a pause, instead of waiting a connection timeout for a
+//!   handshake the frozen server never answers. Only once: should every
+//!   other server be out of reach too, the next round tries it as before.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::{Error, Result};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use crate::error::BACKEND;
 use crate::terms::Terms;
@@ -137,6 +158,87 @@ pub(crate) fn servers(connect_string: &str) -> Result<Vec<Arc<str>>> {
 pub(crate) struct Relay {
     connect_string: String,
     listeners: Vec<AbortHandle>,
+    routes: Arc<Routes>,
+}
+
+/// One relayed connection of the session, from its handshake on.
+pub(crate) type ConnectionId = u64;
+
+/// What a relay's connections share: which one the session uses, and
+/// which server its client is not to go back to.
+#[derive(Debug)]
+struct Routes {
+    servers: Vec<Arc<str>>,
+    state: Mutex<RouteState>,
+}
+
+#[derive(Debug, Default)]
+struct RouteState {
+    next_id: ConnectionId,
+    /// The connection whose handshake completed last, while it lives.
+    current: Option<Current>,
+    /// The server (its index) the client last left owing an answer: its
+    /// next connection is refused at once, unless another server's
+    /// handshake completes first.
+    avoid: Option<usize>,
+}
+
+#[derive(Debug)]
+struct Current {
+    id: ConnectionId,
+    server: usize,
+    leave: Arc<Notify>,
+    traffic: Arc<Mutex<Traffic>>,
+}
+
+impl Routes {
+    fn state(&self) -> std::sync::MutexGuard<'_, RouteState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a new connection to `server` is refused (once).
+    ///
+    /// zookeeper-client opens a connection only once it gave up the last:
+    /// if that one's server owed it an answer, this is the client leaving
+    /// it on its own timeout (its close may not have reached the relay yet).
+    fn refuse(&self, server: usize) -> bool {
+        let mut state = self.state();
+        if let Some(left) = state.current.take() {
+            if lock(&left.traffic).owing() && self.servers.len() > 1 {
+                state.avoid = Some(left.server);
+            }
+        }
+        let refuse = state.avoid == Some(server);
+        if refuse {
+            state.avoid = None;
+        }
+        refuse
+    }
+
+    fn new_id(&self) -> ConnectionId {
+        let mut state = self.state();
+        state.next_id += 1;
+        state.next_id
+    }
+
+    /// Connection `id` to `server` completed a handshake: the session's now.
+    fn connected(&self, current: Current) {
+        let mut state = self.state();
+        state.current = Some(current);
+        state.avoid = None;
+    }
+
+    /// Connection `id` to `server` ended; `owing` if its client closed it
+    /// while the server owed an answer.
+    fn closed(&self, id: ConnectionId, server: usize, owing: bool) {
+        let mut state = self.state();
+        if state.current.as_ref().is_some_and(|c| c.id == id) {
+            state.current = None;
+        }
+        if owing && self.servers.len() > 1 {
+            state.avoid = Some(server);
+        }
+    }
 }
 
 impl Relay {
@@ -152,7 +254,11 @@ impl Relay {
     ) -> Result<Relay> {
         let mut addrs = Vec::with_capacity(servers.len());
         let mut listeners = Vec::with_capacity(servers.len());
-        for server in servers {
+        let routes = Arc::new(Routes {
+            servers: servers.to_vec(),
+            state: Mutex::default(),
+        });
+        for index in 0..servers.len() {
             let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .map_err(|e| Error::backend(BACKEND, e))?;
@@ -161,7 +267,13 @@ impl Relay {
                     .local_addr()
                     .map_err(|e| Error::backend(BACKEND, e))?,
             );
-            let task = accept(listener, server.clone(), terms.clone(), patience);
+            let target = Target {
+                index,
+                routes: routes.clone(),
+                terms: terms.clone(),
+                patience,
+            };
+            let task = accept(listener, target);
             listeners.push(tenure_core::heartbeat_runtime().spawn(task).abort_handle());
         }
         let connect_string = addrs
@@ -173,12 +285,51 @@ impl Relay {
         Ok(Relay {
             connect_string,
             listeners,
+            routes,
         })
     }
 
     /// What the client connects to: the listeners, in the servers' order.
     pub(crate) fn connect_string(&self) -> &str {
         &self.connect_string
+    }
+
+    /// The connection the session uses now, if one is up.
+    pub(crate) fn connection(&self) -> Option<ConnectionId> {
+        self.routes.state().current.as_ref().map(|c| c.id)
+    }
+
+    /// Resets connection `id` if it is still the session's, and refuses its
+    /// server's next connection (see the module's "Leaving a frozen
+    /// server"); the server left, if it was. Never with a single server:
+    /// there is nowhere else to go.
+    pub(crate) fn leave(&self, id: ConnectionId) -> Option<Arc<str>> {
+        if self.routes.servers.len() < 2 {
+            return None;
+        }
+        let mut state = self.routes.state();
+        if state.current.as_ref().is_none_or(|c| c.id != id) {
+            return None;
+        }
+        let current = state.current.take()?;
+        state.avoid = Some(current.server);
+        current.leave.notify_one();
+        Some(self.routes.servers[current.server].clone())
+    }
+}
+
+/// What one listener relays to: its server, and what it reports to.
+#[derive(Clone, Debug)]
+struct Target {
+    index: usize,
+    routes: Arc<Routes>,
+    terms: Arc<Terms>,
+    patience: Duration,
+}
+
+impl Target {
+    fn server(&self) -> &Arc<str> {
+        &self.routes.servers[self.index]
     }
 }
 
@@ -190,15 +341,11 @@ impl Drop for Relay {
     }
 }
 
-async fn accept(
-    listener: std::net::TcpListener,
-    server: Arc<str>,
-    terms: Arc<Terms>,
-    patience: Duration,
-) {
+async fn accept(listener: std::net::TcpListener, target: Target) {
     let listener = match TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(error) => {
+            let server = target.server();
             tracing::warn!(backend = BACKEND, %server, %error, "cannot relay to a ZooKeeper server");
             return;
         }
@@ -206,10 +353,11 @@ async fn accept(
     loop {
         match listener.accept().await {
             Ok((client, _)) => {
-                tokio::spawn(relay(client, server.clone(), terms.clone(), patience));
+                tokio::spawn(relay(client, target.clone()));
             }
             Err(error) => {
                 // Out of descriptors or the like: back off briefly.
+                let server = target.server();
                 tracing::debug!(backend = BACKEND, %server, %error, "relay accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -217,9 +365,80 @@ async fn accept(
     }
 }
 
-/// Carries one client connection to `server` and back.
-async fn relay(client: TcpStream, server: Arc<str>, terms: Arc<Terms>, patience: Duration) {
-    let upstream = match tokio::time::timeout(patience, TcpStream::connect(&*server)).await {
+/// When a connection last carried bytes each way.
+#[derive(Debug, Default)]
+struct Traffic {
+    request: Option<Instant>,
+    answer: Option<Instant>,
+}
+
+impl Traffic {
+    /// Whether the server owes an answer: bytes went to it after the last
+    /// that came back (a request, a ping or a handshake unanswered).
+    fn owing(&self) -> bool {
+        match (self.request, self.answer) {
+            (Some(request), Some(answer)) => request > answer,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
+/// Which way a [`pipe`] carries bytes.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    Requests,
+    Answers,
+}
+
+fn lock(traffic: &Mutex<Traffic>) -> std::sync::MutexGuard<'_, Traffic> {
+    traffic.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Copies `from` to `to` until `from` ends, noting in `traffic` when each
+/// chunk was read.
+async fn pipe<R, W>(
+    from: &mut R,
+    to: &mut W,
+    way: Way,
+    traffic: &Mutex<Traffic>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let n = from.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        {
+            let mut seen = lock(traffic);
+            let at = match way {
+                Way::Requests => &mut seen.request,
+                Way::Answers => &mut seen.answer,
+            };
+            *at = Some(Instant::now());
+        }
+        to.write_all(&chunk[..n]).await?;
+    }
+}
+
+/// Carries one client connection to the target's server and back.
+async fn relay(client: TcpStream, target: Target) {
+    let Target {
+        index,
+        ref routes,
+        ref terms,
+        patience,
+    } = target;
+    let server = target.server();
+    if routes.refuse(index) {
+        tracing::debug!(backend = BACKEND, %server, "refused a connection to the server the client just left unanswered");
+        return reset(&client);
+    }
+    let upstream = match tokio::time::timeout(patience, TcpStream::connect(&**server)).await {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(error)) => {
             tracing::debug!(backend = BACKEND, %server, %error, "a ZooKeeper server refused a connection");
@@ -231,28 +450,49 @@ async fn relay(client: TcpStream, server: Arc<str>, terms: Arc<Terms>, patience:
     let _ = upstream.set_nodelay(true);
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = upstream.into_split();
+    let id = routes.new_id();
+    let leave = Arc::new(Notify::new());
+    let traffic = Arc::new(Mutex::new(Traffic::default()));
     let clean = {
         let requests = async {
-            tokio::io::copy(&mut client_read, &mut server_write).await?;
+            pipe(&mut client_read, &mut server_write, Way::Requests, &traffic).await?;
             server_write.shutdown().await
         };
         let answers = async {
-            handshake(&mut server_read, &mut client_write, &server, &terms).await?;
-            tokio::io::copy(&mut server_read, &mut client_write).await?;
+            let live = handshake(&mut server_read, &mut client_write, server, terms).await?;
+            lock(&traffic).answer = Some(Instant::now());
+            if live {
+                routes.connected(Current {
+                    id,
+                    server: index,
+                    leave: leave.clone(),
+                    traffic: traffic.clone(),
+                });
+            }
+            pipe(&mut server_read, &mut client_write, Way::Answers, &traffic).await?;
             client_write.shutdown().await
         };
         tokio::pin!(requests, answers);
         let (first, requests_done) = tokio::select! {
-            done = &mut requests => (done, true),
-            done = &mut answers => (done, false),
+            done = &mut requests => (Some(done), true),
+            done = &mut answers => (Some(done), false),
+            () = leave.notified() => (None, false),
         };
+        // The client closed, or failed, first: did the server owe it an answer?
+        let owing = requests_done && lock(&traffic).owing();
+        routes.closed(id, index, owing);
+        if owing {
+            tracing::debug!(backend = BACKEND, %server, "the client left a server that owed it an answer");
+        }
         // One side closed: the other gets `patience` to follow.
         let followed =
             |done: std::result::Result<std::io::Result<()>, _>| matches!(done, Ok(Ok(())));
         match (first, requests_done) {
-            (Err(_), _) => false,
-            (Ok(()), true) => followed(tokio::time::timeout(patience, answers).await),
-            (Ok(()), false) => followed(tokio::time::timeout(patience, requests).await),
+            // Left (see `Relay::leave`): reset at once.
+            (None, _) => false,
+            (Some(Err(_)), _) => false,
+            (Some(Ok(())), true) => followed(tokio::time::timeout(patience, answers).await),
+            (Some(Ok(())), false) => followed(tokio::time::timeout(patience, requests).await),
         }
     };
     if !clean {
@@ -263,13 +503,14 @@ async fn relay(client: TcpStream, server: Arc<str>, terms: Arc<Terms>, patience:
 
 /// Forwards the server's first frame, its `ConnectResponse`, once its
 /// timeout and session id are in, reporting the timeout to `terms` first
-/// (a session id of 0 is a refusal: the session expired).
+/// (a session id of 0 is a refusal: the session expired); whether it was
+/// for a live session.
 async fn handshake<R, W>(
     from: &mut R,
     to: &mut W,
     server: &Arc<str>,
     terms: &Terms,
-) -> std::io::Result<()>
+) -> std::io::Result<bool>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -285,11 +526,13 @@ where
         }
         head.extend_from_slice(&chunk[..n]);
     }
-    if let Some(granted) = granted_timeout(&head) {
+    let granted = granted_timeout(&head);
+    if let Some(granted) = granted {
         tracing::debug!(backend = BACKEND, %server, ?granted, "a ZooKeeper server answered a connect");
         terms.granted(server, granted);
     }
-    to.write_all(&head).await
+    to.write_all(&head).await?;
+    Ok(granted.is_some())
 }
 
 /// The timeout a `ConnectResponse` grants, if the bytes begin with one

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tenure_core::{Error, Result};
 use tokio::sync::{watch, Mutex};
+use tokio::time::Instant;
 use zookeeper_client::{Client, StateWatcher};
 
 use crate::error::{map, unavailable, BACKEND};
@@ -46,7 +47,13 @@ impl Sessions {
             return Ok(session.clone());
         }
         let (client, relay, terms) = self.connect().await?;
-        let session = Session::start(client, relay, terms, self.close_bound());
+        let session = Session::start(
+            client,
+            relay,
+            terms,
+            self.options.session_timeout,
+            self.close_bound(),
+        );
         *current = Some(session.clone());
         Ok(session)
     }
@@ -144,21 +151,22 @@ impl Sessions {
 ///
 /// It is how long the client waits for any answer before it gives a server
 /// up, and for a new connection's handshake, so it is both how slow a server
-/// may answer and how long a frozen one goes unnoticed. A renewal keeps a
-/// lease valid for the session timeout less the expiry lead (a sixth of it
-/// plus a tick) and the drift margin: 0.62 of it at 1 s with a 200 ms tick,
-/// 0.61 at the defaults (10 s, 2 s). The Elector renews every third of the
-/// session timeout less the lead, and between renewals the client pings
-/// after 3/8 of this timeout of silence: when a server freezes just before
-/// a renewal, the client's last answer came about 0.17 of the session
-/// timeout after the renewal before, it notices 0.375 after that, and
-/// renews through another server by 0.57, inside the 0.61. What does not
-/// fit is zookeeper-client going back to the frozen server (it shuffles
-/// the servers at every reconnection: with three, a third of the time),
-/// which costs another timeout; the lease then ends at `valid_until`, safely.
-/// A timeout short enough for that too (an eighth) gives up servers that
-/// answer in more than an eighth of the session timeout, and the suite's
-/// slow links answer in a quarter.
+/// may answer and how long a frozen one goes unnoticed by the client alone.
+/// A renewal keeps a lease valid for the session timeout less the expiry
+/// lead (a sixth of it plus a tick) and the drift margin: 0.61 of it at 1 s
+/// with a 200 ms tick and at the defaults (10 s, 2 s), 0.48 at 6 s with a
+/// 2 s tick. The Elector renews every third of that, so a renewal goes out
+/// with two thirds of it left (0.40 of the session timeout at 1 s). When a
+/// server freezes just before a renewal, the client's last answer may have
+/// come just before too, and this timeout (checked every 24th of the
+/// session timeout) leaves 0.03 of the session timeout at 1 s, nothing at
+/// 6 s, for the reconnect and the renewal elsewhere; and the client may go
+/// back to the frozen server first, which costs another timeout. So the
+/// backend does not wait for it: a renewal not answered while a reserve of
+/// its lease is left leaves the server (`Session::answered_in_time`), and
+/// the relay keeps the client from going back to it (see [`crate::relay`],
+/// "Leaving a frozen server"). This timeout stays a third, not shorter:
+/// the suite's slow links answer a quarter of the session timeout late.
 pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
     session_timeout / 3
 }
@@ -195,7 +203,47 @@ pub(crate) struct Session {
     /// Renewals being gathered into one request.
     renewals: crate::renewals::Renewals,
     /// Listens for the client while the session lives.
-    _relay: Relay,
+    relay: Relay,
+    /// The session timeout (every lease's TTL).
+    timeout: Duration,
+    /// How long the session's last renewals took, sent to answered.
+    round_trips: std::sync::Mutex<RoundTrips>,
+}
+
+/// The last [`RoundTrips::KEPT`] round trips of a session's renewals.
+#[derive(Debug, Default)]
+struct RoundTrips(std::collections::VecDeque<Duration>);
+
+impl RoundTrips {
+    const KEPT: usize = 128;
+
+    fn push(&mut self, took: Duration) {
+        if self.0.len() == Self::KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back(took);
+    }
+
+    /// The 99th percentile (nearest rank), zero before the first.
+    fn p99(&self) -> Duration {
+        let mut sorted: Vec<Duration> = self.0.iter().copied().collect();
+        sorted.sort_unstable();
+        let rank = (sorted.len() * 99).div_ceil(100);
+        rank.checked_sub(1)
+            .and_then(|i| sorted.get(i).copied())
+            .unwrap_or_default()
+    }
+}
+
+/// How much of a lease a renewal that its server has not answered leaves
+/// for going to another server: four of the session's renewal round trips
+/// at the 99th percentile (a reconnect and a renewal take about three: the
+/// handshake, the ping zookeeper-client sends after it, the sync with its
+/// read), at least a tenth of the session timeout, and at most half of what
+/// the lease has left when the renewal goes out, so that a server always
+/// gets that half to answer.
+fn reserve(p99: Duration, timeout: Duration, left: Duration) -> Duration {
+    (p99 * 4).max(timeout / 10).min(left / 2)
 }
 
 impl Session {
@@ -206,6 +254,7 @@ impl Session {
         client: Client,
         relay: Relay,
         terms: Arc<Terms>,
+        timeout: Duration,
         close_bound: Duration,
     ) -> Arc<Session> {
         let session = Arc::new(Session {
@@ -216,7 +265,9 @@ impl Session {
             claimed: Default::default(),
             terms: terms.clone(),
             renewals: Default::default(),
-            _relay: relay,
+            relay,
+            timeout,
+            round_trips: Default::default(),
         });
         let (watched, mut closing) = (Arc::downgrade(&session), session.closing.subscribe());
         // Ends with the session (closed, or dropped) unless it shrinks first.
@@ -263,6 +314,76 @@ impl Session {
         *self.closing.borrow()
             || self.state.peek_state().is_terminated()
             || self.terms.shrink().is_some()
+    }
+
+    /// Runs a renewal's request, `work`, sent now, whose answer keeps a
+    /// lease valid; `valid_until` is the lease's deadline without it.
+    ///
+    /// A server that has not answered by the time only a
+    /// [reserve](reserve) of the lease is left is left for another: the
+    /// relay resets the connection it was sent on (if the session still
+    /// uses it), `work` fails at once with a retryable error, the Elector
+    /// retries, and the client reconnects elsewhere, not to the server left
+    /// (see [`crate::relay`], "Leaving a frozen server"). zookeeper-client
+    /// alone would wait for a third of the session timeout of silence,
+    /// counted from its last answer, which may come just before a renewal
+    /// that a freezing server never answers: that leaves 0.03 of the session
+    /// timeout for the reconnect and the renewal at 1 s with a 200 ms tick
+    /// (less than a loaded host takes), and none at 6 s with a 2 s tick.
+    /// The reserve counts from what the lease has left, so it holds at
+    /// every point of the renewal cycle and for every tick.
+    ///
+    /// A renewal answered in time adds its round trip to the session's.
+    pub(crate) async fn answered_in_time<T>(
+        &self,
+        valid_until: Instant,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let sent = Instant::now();
+        let on = self.relay.connection();
+        let left = valid_until.saturating_duration_since(sent);
+        let p99 = self
+            .round_trips
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .p99();
+        let reserve = reserve(p99, self.timeout, left);
+        let leave_at = valid_until.checked_sub(reserve).unwrap_or(sent);
+        tokio::pin!(work);
+        let answered = match on {
+            None => work.await,
+            Some(on) => {
+                let early = tokio::select! {
+                    biased;
+                    answered = work.as_mut() => Some(answered),
+                    () = tokio::time::sleep_until(leave_at) => None,
+                };
+                match early {
+                    Some(answered) => answered,
+                    None => {
+                        if let Some(server) = self.relay.leave(on) {
+                            tracing::warn!(
+                                backend = BACKEND,
+                                session = self.id,
+                                %server,
+                                unanswered_for = ?sent.elapsed(),
+                                "a ZooKeeper server did not answer a renewal with {reserve:?} \
+                                 of the lease left; reconnecting to another"
+                            );
+                        }
+                        work.await
+                    }
+                }
+            }
+        };
+        if answered.is_ok() {
+            let took = sent.elapsed();
+            self.round_trips
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(took);
+        }
+        answered
     }
 
     /// Runs `work` unless (or until) the session is closed: `None` then, and

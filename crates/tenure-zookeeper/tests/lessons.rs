@@ -697,28 +697,65 @@ async fn a_holder_whose_node_is_deleted_stops_being_valid_within_50ms() {
 /// A server that freezes (a GC pause, a stalled VM) answers nothing and
 /// closes nothing; with a majority serving on, the leader it served must
 /// renew through another and keep leading, wherever in its renewal cycle the
-/// freeze comes. The client notices after its connection timeout of silence
-/// (a third of the session timeout), and that fits in what the last renewal
-/// left only with renewals every third of what a lease lives (the TTL less
-/// the expiry lead): with renewals every TTL/3, a freeze late in the cycle
-/// ended the lease (the suite's 3-node `holders_server_node_paused_longer_than_ttl`
-/// failed one run in five: "a stepped down (Expired) 599 ms after its node
-/// was paused").
+/// freeze comes. The worst point is just before a renewal: the renewal goes
+/// out to the frozen server with two renewal intervals of the lease left
+/// (0.40 of the TTL here), and the client must notice, reconnect elsewhere
+/// and renew within them.
 ///
-/// zookeeper-client picks the next server at random and may go back to the
-/// frozen one first; that costs another timeout, which does not fit, and is
-/// the one step-down excused here (the frozen server's proxy sees the
-/// connection). The session sees only the two followers, one proxy each, so
-/// a freeze leaves the ensemble's leader and the other follower serving.
-/// Six freezes that count, from right after a renewal's answer to just
-/// before the next renewal; each lasts longer than the TTL.
+/// zookeeper-client notices only after its connection timeout (a third of
+/// the session timeout) of silence counted from its last answer, on a
+/// 24th-of-a-TTL tick, and then picks the next server at random, the frozen
+/// one again a third of the time. On a loaded CI machine that left 19 ms for
+/// the reconnect and the renewal, and the lease ended (issue 44: "the lease
+/// had 388.78ms left when it returned; ... the other follower got 1
+/// connection(s) and 8 request(s) after the pause began, the first at
+/// +369.37ms"). So the backend leaves a server that has not answered a
+/// renewal once only a reserve of the lease is left (four of its observed
+/// renewal round trips at the 99th percentile, at least a tenth of the
+/// TTL), and its relay refuses the server it left once, so the client does
+/// not go back to it: neither a step-down nor a connection to the frozen
+/// server is excused.
+///
+/// The session sees only the two followers, one proxy each, so a freeze
+/// leaves the ensemble's leader and the other follower serving. Six
+/// freezes, from right after a renewal's answer to just before the next
+/// renewal; each lasts longer than the TTL. See the `_on_a_slow_path`
+/// variant for the load that made this fail.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_leading() {
+    leader_keeps_leading_through_freezes(Duration::ZERO).await;
+}
+
+/// The load of issue 44's CI machine, made deterministic: every answer of
+/// both followers comes 40 ms late (their proxies hold it), so a renewal
+/// takes about 40 ms and a reconnect with a renewal about three times that
+/// (the handshake, the ping zookeeper-client sends after it, the sync with
+/// its read), as a loaded host stretched them. Waiting for the client's own
+/// connection timeout then leaves too little of the lease for that (failed
+/// on the old code, see the commit); leaving when only four renewal round
+/// trips of the lease are left does not. The bound is sound under load:
+/// real load stretches the observed round trips too, and the reserve with
+/// them (up to half of what the lease has left when the renewal goes out).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_leading_on_a_slow_path(
+) {
+    leader_keeps_leading_through_freezes(Duration::from_millis(40)).await;
+}
+
+/// The lessons above: freezes of the server in use at six points of the
+/// renewal cycle, with every answer `answer_delay` late.
+async fn leader_keeps_leading_through_freezes(answer_delay: Duration) {
+    // `TENURE_LOG=tenure_zookeeper=debug` (with `--nocapture`) logs the backend.
+    tenure_testkit::log_from_env();
     let (cluster, leader) = ensemble().await;
     let followers: Vec<usize> = (0..3).filter(|&n| n != leader).collect();
     let mut proxies = Vec::new();
     for &n in &followers {
-        proxies.push(FaultProxy::start(cluster.nodes()[n].addr()).await.unwrap());
+        let proxy = FaultProxy::start(cluster.nodes()[n].addr()).await.unwrap();
+        if !answer_delay.is_zero() {
+            proxy.set(Mode::DelayAnswers(answer_delay));
+        }
+        proxies.push(proxy);
     }
     let connect_string = proxies
         .iter()
@@ -743,6 +780,11 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
         async move {
             let deadline = Instant::now() + TTL;
             while term.valid_until() == before {
+                assert!(
+                    term.ended().is_none(),
+                    "the term ended ({:?}) while waiting for a renewal",
+                    term.ended()
+                );
                 assert!(Instant::now() < deadline, "no renewal in a TTL");
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
@@ -750,19 +792,13 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
         }
     };
     let phases = [0.0, 0.2, 0.4, 0.6, 0.8, 0.95];
-    let (mut kept, mut excused) = (Vec::new(), Vec::new());
-    let mut leadership = elector.campaign().await.unwrap();
-    while kept.len() < phases.len() {
-        assert!(
-            excused.len() <= 4 * phases.len(),
-            "the client went back to the frozen server {} times",
-            excused.len()
-        );
+    let mut kept = Vec::new();
+    let leadership = elector.campaign().await.unwrap();
+    for phase in phases {
         let term = leadership.term();
         let first = renewal(&term).await;
         let renewed = renewal(&term).await;
         let interval = renewed - first;
-        let phase = phases[kept.len()];
         tokio::time::sleep_until(renewed + interval.mul_f64(phase)).await;
         let proxy = in_use();
         let (frozen, opened) = (followers[proxy], proxies[proxy].connections_opened());
@@ -775,15 +811,16 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
         tokio::time::sleep(TTL + Duration::from_millis(200)).await;
         let ended = term.ended();
         let moved = term.valid_until() > until;
-        let retried = proxies[proxy].connections_opened() - opened;
+        let went_back = proxies[proxy].connections_opened() - opened;
         // Where the time went, for a failure: what the lease had left, and
         // when the session's requests reached the other follower.
         let since = |at: Instant| format!("{:?}", at.saturating_duration_since(pausing));
         let moved_to_other = other.requests_since(pausing);
         let timeline = format!(
             "the pause call took {:?}; the lease had {:?} left when it returned; the frozen \
-             server last answered at -{:?}; the other follower got {} connection(s) and {} \
-             request(s) after the pause began, the first at +{}",
+             server last answered at -{:?}; the client connected {went_back} more time(s) to \
+             the frozen server; the other follower got {} connection(s) and {} request(s) \
+             after the pause began, the first at +{}",
             paused - pausing,
             until.saturating_duration_since(paused),
             proxies[proxy]
@@ -797,34 +834,28 @@ async fn a_leader_whose_server_freezes_at_any_point_of_its_renewal_cycle_keeps_l
         );
         cluster.unpause(frozen).await.unwrap();
         let after = paused - renewed;
-        match ended {
-            Some(reason) if retried > 0 => {
-                excused.push(format!("{} ms ({reason:?})", after.as_millis()));
-                cluster.settle(Duration::from_millis(200)).await.unwrap();
-                drop(leadership);
-                leadership = elector.campaign().await.unwrap();
-                continue;
+        assert!(
+            ended.is_none() && moved,
+            "node {frozen} froze {after:?} after a renewal's answer (renewals {interval:?} \
+             apart, answers {answer_delay:?} late) and for {:?}, with the leader and the other \
+             follower serving; the leader {}; {timeline}",
+            paused.elapsed(),
+            match ended {
+                Some(reason) => format!("lost its lease ({reason:?})"),
+                None => "renewed nothing".to_owned(),
             }
-            _ => assert!(
-                ended.is_none() && moved,
-                "node {frozen} froze {after:?} after a renewal's answer (renewals {interval:?} \
-                 apart) and for {:?}, with the leader and the other follower serving, and the \
-                 client did not go back to it; the leader {}; {timeline}",
-                paused.elapsed(),
-                match ended {
-                    Some(reason) => format!("lost its lease ({reason:?})"),
-                    None => "renewed nothing".to_owned(),
-                }
-            ),
-        }
+        );
+        assert_eq!(
+            went_back, 0,
+            "the client went back to the frozen server, and kept leading: {timeline}"
+        );
         kept.push(format!("{}", after.as_millis()));
         cluster.settle(Duration::from_millis(200)).await.unwrap();
     }
     eprintln!(
-        "kept leading through freezes of its server {} ms after a renewal; stepped down where \
-         the client went back to the frozen server: [{}]",
+        "answers {answer_delay:?} late: kept leading through freezes of its server {} ms after \
+         a renewal",
         kept.join(", "),
-        excused.join(", ")
     );
     leadership.resign().await.unwrap();
 }
