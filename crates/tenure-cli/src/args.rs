@@ -41,16 +41,20 @@ Logs go to standard error: warnings by default, -v for info, -vv for debug
 const RUN_AFTER_HELP: &str = "\
 The command starts only once this process leads the key, with
 TENURE_FENCING_TOKEN (on backends that fence), TENURE_KEY and TENURE_IDENTITY
-in its environment, in a process group of its own. If leadership is lost, or
-renewals fail until the lease's local deadline comes close, the group gets
-SIGTERM, and SIGKILL --kill-margin before that deadline at the latest: the
-command is dead before anyone else can be granted the key. If tenure itself is
-killed, the command is killed too (Linux: PR_SET_PDEATHSIG). SIGINT and SIGTERM
-are forwarded; tenure waits for the command, resigns and exits.
+in its environment, in a process group of its own. On Linux tenure adopts the
+orphans of what the command starts (a child subreaper): all it started counts,
+wherever it went (setsid, double forks, timeout, job-control shells), and the
+term lasts until all of it has exited. If leadership is lost, or renewals fail
+until the lease's local deadline comes close, the group and all the command
+started get SIGTERM, and SIGKILL --kill-margin before that deadline at the
+latest: they are dead before anyone else can be granted the key. If tenure
+itself is killed, the command is killed too (Linux: PR_SET_PDEATHSIG). SIGINT
+and SIGTERM are forwarded; tenure waits for the command and all it started,
+resigns and exits.
 
 If tenure is stopped (SIGSTOP, a debugger) or dies, a keeper process
-(`tenure-keeper`) kills the command's group at the deadline; SIGTSTP (Ctrl-Z)
-stops the command's group, then tenure.
+(`lease-keeper`) kills the command's group and all it started at the deadline;
+SIGTSTP (Ctrl-Z) stops the command's group, then tenure.
 
 Exit status: the command's own (128+N if signal N killed it); 75 if leadership
 was lost (without --respawn); 124 if --timeout passed before it led; 2 if

@@ -18,6 +18,7 @@ pub const CAPACITY: usize = 1024;
 
 /// One process of tenure's subtree.
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub struct Member {
     pub pid: libc::pid_t,
     /// Its process group.
@@ -36,6 +37,7 @@ pub struct Descendants {
     len: usize,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl Descendants {
     /// Looks through /proc for the descendants of `root` (tenure's pid),
     /// whose own process group is `root_group`; `keeper` (a pid, and a group

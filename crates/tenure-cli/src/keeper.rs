@@ -282,6 +282,7 @@ fn monotonic_ns_at(instant: Instant) -> u64 {
 }
 
 /// What the keeper knows of tenure, read before the fork.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Tenure {
     pid: libc::pid_t,
     group: libc::pid_t,

@@ -1,17 +1,20 @@
-//! One term of `tenure run`: the command runs while the term does, and is
-//! dead before the term's local deadline once renewals stop.
+//! One term of `tenure run`: the command, and all it started wherever it
+//! went (see `descendants`), runs while the term does; the term lasts until
+//! all of it has exited, and all of it is dead before the term's local
+//! deadline once renewals stop.
 //!
 //! Two deadlines follow the term's `valid_until` (renewals move it; the
 //! timers re-read it when they fire and re-arm if it moved):
 //! - at `valid_until - 2 * margin` without a renewal, the command's group
-//!   gets SIGTERM;
-//! - at `valid_until - margin`, SIGKILL.
+//!   and all the command started get SIGTERM;
+//! - at `valid_until - margin`, SIGKILL; the term ends once the killed are
+//!   gone.
 //!
 //! A term that ends earlier (the backend revoked it) sends SIGTERM at once;
 //! the SIGKILL deadline stands.
 //!
 //! A third deadline, `valid_until - margin / 2`, is the keeper's (see
-//! `keeper`): a process of its own that kills the group then unless told
+//! `keeper`): a process of its own that kills the same then unless told
 //! of a renewal, so that a tenure that is stopped (SIGSTOP, a debugger) or
 //! dies cannot leave the command running past the deadline. SIGTSTP
 //! (Ctrl-Z) stops the command's group before tenure stops itself.
