@@ -20,6 +20,7 @@ mod machine_lock;
 pub mod nested;
 pub mod nodes;
 pub mod observer;
+pub mod outage;
 pub mod paused;
 pub mod process;
 pub mod release;

@@ -147,6 +147,12 @@ pub enum Bug {
     /// came) is forgotten, not released: it holds the key, unrenewed, until
     /// its TTL runs out.
     GrantKeptWhenAnswerLost,
+    /// A client keeps alive every record it was granted until a release of
+    /// it lands, while it campaigns for that key again (as an etcd lease
+    /// shared by a client's keys is kept alive by its next campaign): a
+    /// term that ended while the servers were down leaves its record,
+    /// revived by the servers' recovery, leading for good.
+    AbandonedRecordKeptAlive,
 }
 
 /// How long a [`Bug::PollsEvery150ms`] candidate sleeps between attempts.
@@ -175,6 +181,8 @@ pub struct Shared {
     /// The server nodes that keep their clients' watches silent now
     /// (`ObserverTrustsItsWatch`).
     silent: Arc<tokio::sync::watch::Sender<Silent>>,
+    /// Grants not released yet, as the server knows them (`AbandonedRecordKeptAlive`).
+    kept: Mutex<Vec<Lease>>,
 }
 
 /// One client of the mutant server.
@@ -254,6 +262,36 @@ fn grant_id(lease: &Lease) -> u64 {
 }
 
 impl Mutant {
+    /// Renews, every quarter of the TTL, each record of `candidacy`'s key
+    /// and identity granted before and not released (`AbandonedRecordKeptAlive`),
+    /// forgetting those the server no longer has; never ends.
+    async fn keep_alive_abandoned(&self, candidacy: &Candidacy) {
+        loop {
+            let kept: Vec<Lease> = self
+                .shared
+                .kept
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.key() == candidacy.key() && l.holder() == candidacy.identity())
+                .cloned()
+                .collect();
+            for lease in kept {
+                if let Err(e) = self.inner.renew(&lease).await {
+                    if e.is_lease_lost() {
+                        let grant = grant_id(&lease);
+                        self.shared
+                            .kept
+                            .lock()
+                            .unwrap()
+                            .retain(|kept| grant_id(kept) != grant);
+                    }
+                }
+            }
+            tokio::time::sleep(candidacy.ttl() / 4).await;
+        }
+    }
+
     fn token(&self, token: Option<FencingToken>) -> Option<FencingToken> {
         let wiped_at = self.shared.wiped_at.load(Ordering::SeqCst);
         let resets = matches!(self.bug, Bug::TokensResetOnWipe | Bug::TokensResetOnRestart);
@@ -493,6 +531,13 @@ impl LeaseBackend for Mutant {
                     tokio::spawn(async move { inner.acquire(&candidacy, AcquireMode::Wait).await });
                 orphan.await.expect("the orphan runs to the end")?
             }
+            (Bug::AbandonedRecordKeptAlive, _) => {
+                let keeping = self.keep_alive_abandoned(&on_server);
+                tokio::select! {
+                    granted = self.inner.acquire(&on_server, mode) => granted?,
+                    () = keeping => unreachable!("keeping never ends"),
+                }
+            }
             (Bug::OnceJoinsQueue, AcquireMode::Once) => {
                 match self.inner.acquire(&on_server, AcquireMode::Once).await? {
                     Acquisition::Held(info) => {
@@ -537,6 +582,9 @@ impl LeaseBackend for Mutant {
                     token: lease.token(),
                 },
             );
+        }
+        if let (Bug::AbandonedRecordKeptAlive, Acquisition::Granted(lease)) = (self.bug, &granted) {
+            self.shared.kept.lock().unwrap().push(lease.clone());
         }
         if self.bug == Bug::GrantLostInFlight {
             // The answer travels back; dropped meanwhile, the grant is lost.
@@ -622,6 +670,16 @@ impl LeaseBackend for Mutant {
                     return Ok(());
                 }
                 self.inner.release(lease).await
+            }
+            Bug::AbandonedRecordKeptAlive => {
+                self.inner.release(lease).await?;
+                let grant = grant_id(lease);
+                self.shared
+                    .kept
+                    .lock()
+                    .unwrap()
+                    .retain(|kept| grant_id(kept) != grant);
+                Ok(())
             }
             _ => self.inner.release(lease).await,
         }

@@ -381,6 +381,14 @@ pub async fn leases_lost_with_the_servers_leader_fail_server_node_killed() {
     );
 }
 
+pub async fn an_abandoned_record_kept_alive_fails_servers_stopped_for_several_ttls() {
+    let f = MutantFactory::planted(Bug::AbandonedRecordKeptAlive);
+    failed_on(
+        &suite::servers_stopped_for_several_ttls_then_a_candidate_leads(f).await,
+        Property::Timing,
+    );
+}
+
 pub async fn tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing() {
     let f = MutantFactory::planted(Bug::TokensResetOnRestart);
     failed_on(
