@@ -61,9 +61,13 @@ pub(crate) fn write_failure(e: WriteError, name: &str) -> Response {
 
 /// Whether `name` is a DNS-1123 subdomain.
 pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
+    name.len() <= 253 && dns1123_subdomain_shape(name)
+}
+
+/// Whether `name` has the shape of a DNS-1123 subdomain, whatever its length.
+fn dns1123_subdomain_shape(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     !name.is_empty()
-        && name.len() <= 253
         && name.split('.').all(|label| {
             !label.is_empty()
                 && label.chars().all(|c| alnum(c) || c == '-')
@@ -72,20 +76,182 @@ pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
         })
 }
 
-/// kube-apiserver's validation of a Lease, for the fields it checks.
+const DNS1123_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FORMAT: &str =
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const LABEL_KEY_MESSAGE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_KEY_FORMAT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FORMAT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+/// The longest name part of a label key, and the longest label value.
+const LABEL_MAX: usize = 63;
+/// kube-apiserver's limit on the sum of the lengths of an object's
+/// annotations' keys and values (`TotalAnnotationSizeLimitB`).
+pub(crate) const ANNOTATIONS_MAX: usize = 256 * 1024;
+
+/// apimachinery's `RegexError`: `message`, the examples and the regex, worded
+/// (and spaced) as there.
+fn regex_error(message: &str, format: &str, examples: &[&str]) -> String {
+    let examples: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
+    format!(
+        "{message} (e.g. {}regex used for validation is '{format}')",
+        examples.join(" or ")
+    )
+}
+
+/// Whether `value` is empty or, with `-`, `_` and `.` inside, alphanumeric
+/// at both ends.
+fn label_shape(value: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    value.is_empty()
+        || (value
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+            && value.starts_with(alnum)
+            && value.ends_with(alnum))
+}
+
+/// What is wrong with a label key or an annotation key, as apimachinery's
+/// `IsQualifiedName` (`content.IsLabelKey`) says it: an optional DNS-1123
+/// subdomain prefix and `/`, and a name part of at most 63 characters.
+fn qualified_name_errors(key: &str) -> Vec<String> {
+    let example = ["MyName", "my.name", "123-abc"];
+    let parts: Vec<&str> = key.split('/').collect();
+    let mut errors = Vec::new();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errors.push("prefix part must be non-empty".to_owned());
+            } else {
+                if prefix.len() > 253 {
+                    errors.push("prefix part must be no more than 253 bytes".to_owned());
+                }
+                if !dns1123_subdomain_shape(prefix) {
+                    let why = regex_error(
+                        DNS1123_SUBDOMAIN_MESSAGE,
+                        DNS1123_SUBDOMAIN_FORMAT,
+                        &["example.com"],
+                    );
+                    errors.push(format!("prefix part {why}"));
+                }
+            }
+            *name
+        }
+        _ => {
+            let why = regex_error(LABEL_KEY_MESSAGE, LABEL_KEY_FORMAT, &example);
+            return vec![format!(
+                "a valid label key {why} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )];
+        }
+    };
+    if name.is_empty() {
+        errors.push("name part must be non-empty".to_owned());
+    } else if name.len() > LABEL_MAX {
+        errors.push(format!("name part must be no more than {LABEL_MAX} bytes"));
+    }
+    if name.is_empty() || !label_shape(name) {
+        let why = regex_error(LABEL_KEY_MESSAGE, LABEL_KEY_FORMAT, &example);
+        errors.push(format!("name part {why}"));
+    }
+    errors
+}
+
+/// A Go string as `%q` shows it (for the ASCII a key or value here has).
+fn quoted(value: &str) -> String {
+    format!("{value:?}")
+}
+
+/// The string map at `metadata.<field>`: `Err` with the field's error if
+/// it is not a map of strings.
+fn string_map(object: &Value, field: &'static str) -> Result<Vec<(String, String)>, FieldError> {
+    match &object["metadata"][field] {
+        Value::Null => Ok(Vec::new()),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(v) => Ok((k.clone(), v.clone())),
+                other => Err(FieldError::invalid(
+                    format!("metadata.{field}"),
+                    other.to_string(),
+                    "must be a string",
+                )),
+            })
+            .collect(),
+        other => Err(FieldError::invalid(
+            format!("metadata.{field}"),
+            other.to_string(),
+            "must be a map of strings",
+        )),
+    }
+}
+
+/// `ValidateObjectMeta`'s checks of labels (`v1validation.ValidateLabels`:
+/// each key a qualified name, each value a label value) and annotations
+/// (`ValidateAnnotations`: each key a qualified name, case aside, and all
+/// keys and values together at most 256 KiB).
+fn validate_labels_and_annotations(object: &Value, errors: &mut Vec<FieldError>) {
+    match string_map(object, "labels") {
+        Ok(labels) => {
+            for (key, value) in labels {
+                for why in qualified_name_errors(&key) {
+                    errors.push(FieldError::invalid("metadata.labels", quoted(&key), why));
+                }
+                if value.len() > LABEL_MAX {
+                    let why = format!("must be no more than {LABEL_MAX} bytes");
+                    errors.push(FieldError::invalid("metadata.labels", quoted(&value), why));
+                }
+                if !label_shape(&value) {
+                    let why = regex_error(
+                        LABEL_VALUE_MESSAGE,
+                        LABEL_VALUE_FORMAT,
+                        &["MyValue", "my_value", "12345"],
+                    );
+                    errors.push(FieldError::invalid("metadata.labels", quoted(&value), why));
+                }
+            }
+        }
+        Err(e) => errors.push(e),
+    }
+    match string_map(object, "annotations") {
+        Ok(annotations) => {
+            for (key, _) in &annotations {
+                for why in qualified_name_errors(&key.to_lowercase()) {
+                    errors.push(FieldError::invalid(
+                        "metadata.annotations",
+                        quoted(key),
+                        why,
+                    ));
+                }
+            }
+            let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+            if size > ANNOTATIONS_MAX {
+                errors.push(FieldError::too_long(
+                    "metadata.annotations",
+                    ANNOTATIONS_MAX,
+                ));
+            }
+        }
+        Err(e) => errors.push(e),
+    }
+}
+
+/// kube-apiserver's validation of a Lease, for the fields it checks: the
+/// name, labels and annotations (`ValidateObjectMeta`), then the spec.
 pub(crate) fn validate(object: &Value, name: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if !is_dns1123_subdomain(name) {
-        errors.push((
+        errors.push(FieldError::invalid(
             "metadata.name",
             format!("{name:?}"),
             "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
         ));
     }
+    validate_labels_and_annotations(object, &mut errors);
     let spec = &object["spec"];
     if let Some(d) = spec.get("leaseDurationSeconds").filter(|v| !v.is_null()) {
         if d.as_i64().is_none_or(|d| d <= 0) {
-            errors.push((
+            errors.push(FieldError::invalid(
                 "spec.leaseDurationSeconds",
                 d.to_string(),
                 "must be greater than 0",
@@ -94,7 +260,7 @@ pub(crate) fn validate(object: &Value, name: &str) -> Vec<FieldError> {
     }
     if let Some(t) = spec.get("leaseTransitions").filter(|v| !v.is_null()) {
         if t.as_i64().is_none_or(|t| t < 0) {
-            errors.push((
+            errors.push(FieldError::invalid(
                 "spec.leaseTransitions",
                 t.to_string(),
                 "must be greater than or equal to 0",
@@ -298,9 +464,9 @@ async fn update(
         );
     }
     let Some(rv) = rv else {
-        let errors = [(
+        let errors = [FieldError::invalid(
             "metadata.resourceVersion",
-            "0x0".into(),
+            "\"\"".into(),
             "must be specified for an update",
         )];
         return status::invalid(&name, &errors);

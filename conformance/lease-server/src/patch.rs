@@ -233,7 +233,11 @@ fn check_patched(object: &Value, ns: &str, name: &str, uid: &str) -> Result<(), 
     }
     let mut errors: Vec<FieldError> = Vec::new();
     if let Some(new_uid) = meta_str(object, "uid").filter(|u| *u != uid) {
-        errors.push(("metadata.uid", format!("{new_uid:?}"), "field is immutable"));
+        errors.push(FieldError::invalid(
+            "metadata.uid",
+            format!("{new_uid:?}"),
+            "field is immutable",
+        ));
     }
     errors.extend(validate(object, name));
     if !errors.is_empty() {

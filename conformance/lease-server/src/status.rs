@@ -163,21 +163,51 @@ pub(crate) fn internal(message: String) -> Response {
     )
 }
 
-/// One invalid field: (path, value shown, what is wrong).
-pub(crate) type FieldError = (&'static str, String, &'static str);
+/// One invalid field, as apimachinery's `field.Error` words it.
+pub(crate) struct FieldError {
+    /// Its path (`metadata.labels`).
+    field: String,
+    /// What is wrong, without the path: `Invalid value: <value>: <detail>`,
+    /// or `Too long: <detail>` (a too-long value is not shown).
+    body: String,
+    /// The cause's reason (`FieldValueInvalid`, `FieldValueTooLong`).
+    reason: &'static str,
+}
+
+impl FieldError {
+    /// `field.Invalid`: `value` as shown (a Go string quoted, a number bare).
+    pub(crate) fn invalid(
+        field: impl Into<String>,
+        value: String,
+        detail: impl AsRef<str>,
+    ) -> Self {
+        FieldError {
+            field: field.into(),
+            body: format!("Invalid value: {value}: {}", detail.as_ref()),
+            reason: "FieldValueInvalid",
+        }
+    }
+
+    /// `field.TooLong` with `max` bytes.
+    pub(crate) fn too_long(field: impl Into<String>, max: usize) -> Self {
+        FieldError {
+            field: field.into(),
+            body: format!("Too long: must have at most {max} bytes"),
+            reason: "FieldValueTooLong",
+        }
+    }
+}
 
 /// 422 Invalid, one cause per bad field.
 pub(crate) fn invalid(name: &str, errors: &[FieldError]) -> Response {
     let text: Vec<String> = errors
         .iter()
-        .map(|(field, value, what)| format!("{field}: Invalid value: {value}: {what}"))
+        .map(|e| format!("{}: {}", e.field, e.body))
         .collect();
     let causes = errors
         .iter()
         .zip(&text)
-        .map(|((field, _, _), message)| {
-            json!({ "reason": "FieldValueInvalid", "message": message, "field": field })
-        })
+        .map(|(e, message)| json!({ "reason": e.reason, "message": message, "field": e.field }))
         .collect();
     let message = if text.len() == 1 {
         text[0].clone()

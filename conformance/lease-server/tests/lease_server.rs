@@ -249,6 +249,106 @@ async fn invalid_leases_are_422() {
     assert_status(&f.put("a", &zero).await, 422, "Invalid");
 }
 
+/// Labels and annotations are validated as kube-apiserver's
+/// `ValidateObjectMeta` does (apimachinery's api/validation/objectmeta.go
+/// and apis/meta/v1/validation): every key a qualified name (an optional
+/// DNS-1123 subdomain prefix and `/`, a name part of at most 63
+/// alphanumeric characters, `-`, `_` or `.`; annotation keys whatever
+/// their case), every label value at most 63 such characters or empty,
+/// and the annotations' keys and values together at most 256 KiB
+/// (`TotalAnnotationSizeLimitB`, 262,144 bytes: 422 "Too long", reason
+/// `FieldValueTooLong`), on every write: create, update and patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_and_annotations_are_validated_as_kube_apiserver_does() {
+    let f = fixture().await;
+    let with = |labels: Value, annotations: Value| {
+        let mut body = lease("m", "x", 2, 0);
+        body["metadata"]["labels"] = labels;
+        body["metadata"]["annotations"] = annotations;
+        body
+    };
+    let refused = [
+        (
+            with(json!({ "bad key": "v" }), json!(null)),
+            "metadata.labels: Invalid value: \"bad key\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+        ),
+        (
+            with(json!({ "Bad_Prefix/k": "v" }), json!(null)),
+            "metadata.labels: Invalid value: \"Bad_Prefix/k\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ),
+        (
+            with(json!({ "k": "v".repeat(64) }), json!(null)),
+            "must be no more than 63 bytes",
+        ),
+        (
+            with(json!({ "k": "-v" }), json!(null)),
+            "a valid label must be an empty string or consist of alphanumeric characters",
+        ),
+        (
+            with(json!({ format!("a/{}", "n".repeat(64)): "v" }), json!(null)),
+            "name part must be no more than 63 bytes",
+        ),
+        (
+            with(json!(null), json!({ "a/b/c": "v" })),
+            "metadata.annotations: Invalid value: \"a/b/c\": a valid label key must consist of",
+        ),
+        (
+            with(json!(null), json!({ "k": "v".repeat(256 * 1024) })),
+            "metadata.annotations: Too long: must have at most 262144 bytes",
+        ),
+    ];
+    for (body, message) in refused {
+        let answer = f.post(&body).await;
+        assert_status(&answer, 422, "Invalid");
+        let got = answer.1["message"].as_str().unwrap();
+        assert!(got.contains(message), "{got}\nwanted: {message}");
+    }
+    let answer = f
+        .post(&with(json!(null), json!({ "k": "v".repeat(256 * 1024) })))
+        .await;
+    assert_eq!(
+        answer.1["details"]["causes"][0]["reason"], "FieldValueTooLong",
+        "{}",
+        answer.1
+    );
+    assert_status(&f.get("m").await, 404, "NotFound");
+
+    // At the limits: an empty label value, an annotation key in capitals,
+    // annotations of exactly 256 KiB.
+    let key = "Example.com/Key";
+    let at_limit = "v".repeat(256 * 1024 - key.len());
+    let (code, created) = f
+        .post(&with(
+            json!({ "example.com/k": "" }),
+            json!({ key: at_limit }),
+        ))
+        .await;
+    assert_eq!(code, 201, "{created}");
+    // A patch that would pass the limit is refused and writes nothing.
+    let writes = f.server.writes();
+    let (code, refused) = answer_of(
+        f.http
+            .patch(f.url(Some("m")))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"metadata":{"annotations":{"more":"x"}}}"#),
+    )
+    .await;
+    assert_eq!(code, 422, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("Too long: must have at most 262144 bytes"),
+        "{refused}"
+    );
+    assert_eq!(f.server.writes(), writes, "a refused patch was written");
+    // So is an update.
+    let mut update = created.clone();
+    update["metadata"]["annotations"]["more"] = json!("x");
+    assert_status(&f.put("m", &update).await, 422, "Invalid");
+    assert_eq!(f.server.writes(), writes, "a refused update was written");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_and_watch_report_changes_with_bookmarks() {
     let f = fixture().await;

@@ -357,3 +357,91 @@ async fn a_waiter_whose_join_failed_joins_again_and_keeps_its_place() {
     let (granted, _) = granted_within(TTL, w4, "w4 led").await;
     backends[4].release(&granted).await.unwrap();
 }
+
+/// Issue 44: the queue Lease used to keep an entry for every waiter that
+/// ever crashed, until kube-apiserver's limit on an object's annotations
+/// (256 KiB in all) refused every join with 422, and every waiter then
+/// watched the whole Lease again, silently. Here the queue holds a little
+/// under 256 KiB of entries of waiters gone an hour ago: a new waiter's
+/// join is refused, deletes the expired entries, and joins.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_full_of_expired_entries_still_takes_a_new_waiter() {
+    let env = env().await;
+    let (a, w) = (env.backend().await, env.backend().await);
+    let key = "full";
+    let lease = hold(&a, key, "a").await;
+    // The Lease names two waiters (gone): a new one queues.
+    let mut planted = env.raw.get(key).await.unwrap();
+    planted.metadata.labels = Some(
+        [
+            (format!("{NEXT}00000000000000a1"), "1".to_owned()),
+            (format!("{NEXT}00000000000000a2"), "2".to_owned()),
+        ]
+        .into(),
+    );
+    env.raw
+        .replace(key, &PostParams::default(), &planted)
+        .await
+        .unwrap();
+    let identity = format!("ghost-{}", "g".repeat(200));
+    let mut annotations = BTreeMap::from([("tenure.dev/queue-for".to_owned(), key.to_owned())]);
+    let mut size = annotations
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum::<usize>();
+    for i in 0.. {
+        let entry = (
+            format!("{WAITER}{i:016x}"),
+            format!(
+                "{} {identity}",
+                ghost_entry(Duration::from_secs(3600))
+                    .split_once(' ')
+                    .unwrap()
+                    .0
+            ),
+        );
+        let grown = size + entry.0.len() + entry.1.len();
+        if grown > 256 * 1024 - 512 {
+            break;
+        }
+        size = grown;
+        annotations.insert(entry.0, entry.1);
+    }
+    let ghosts = annotations.len() - 1;
+    // Less room left than one more entry takes (34 bytes of key alone).
+    let padding = "example.com/padding".to_owned();
+    let fill = 256 * 1024 - 20 - size - padding.len();
+    annotations.insert(padding, "p".repeat(fill));
+    let size = 256 * 1024 - 20;
+    let mut queue = Lease::default();
+    queue.metadata.name = Some(format!("{key}-queue"));
+    queue.metadata.annotations = Some(annotations);
+    queue.spec = Some(Default::default());
+    env.raw
+        .create(&PostParams::default(), &queue)
+        .await
+        .unwrap();
+
+    let waiting = wait_for_grant(&w, key, "w");
+    let joined = wait_for("w to join the queue", Duration::from_secs(10), || async {
+        let queue = queued(&env, key).await;
+        queue.values().any(|who| who == "w").then_some(queue.len())
+    })
+    .await;
+    let left = joined.unwrap_or_else(|_| {
+        panic!(
+            "w did not join a queue holding {ghosts} entries ({size} bytes) of waiters gone an \
+             hour ago; the join was refused for the annotations' size"
+        )
+    });
+    assert_eq!(left, 1, "the expired entries stayed: {left} in the queue");
+    let queue = env.raw.get(&format!("{key}-queue")).await.unwrap();
+    assert!(queue
+        .metadata
+        .annotations
+        .unwrap()
+        .contains_key("example.com/padding"));
+    a.release(&lease).await.unwrap();
+    let (granted, _) = granted_within(Duration::from_secs(15), waiting, "w led").await;
+    w.release(&granted).await.unwrap();
+}
