@@ -728,3 +728,141 @@ async fn mixed_elections_never_overlap_by_tenures_doing() {
         "tenure led beside a peer by its own doing: {tenures:#?}\n{report}"
     );
 }
+
+/// Issue 44: tenure waiters write labels on the Lease (a waiter naming
+/// itself next in line, one leaving the line), and kube-coordinate takes
+/// any change of the Lease it holds for a renewal of its own: its
+/// `update_state` sets `last_updated` to now for every new version of the
+/// object, and it renews `renew_deadline` after that. So label writes that
+/// come more often than `renew_deadline` hold its renewals off, while it
+/// goes on saying it leads; client-go (and kube-lease-manager) judge
+/// expiry by the record, whose renewTime no label write changes, and may
+/// take the Lease over once leaseDurationSeconds passed since its last
+/// real renewal. Here a kube-coordinate candidate (TTL 3 s: renew_deadline
+/// 2 s) holds the Lease; first it renews undisturbed, then a tenure waiter
+/// comes and goes every 1.5 s. The evidence for tenure-kube's README: the
+/// gap between its renewals, by renewTime, undisturbed and with the waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenure_waiters_label_writes_hold_off_a_kube_coordinate_holders_renewals() {
+    use tenure_core::{AcquireMode, Candidacy, LeaseBackend};
+    let cluster = Cluster::start(Topology::Etcd { nodes: 1 })
+        .await
+        .expect("etcd");
+    let server = LeaseServer::start(&cluster.endpoints())
+        .await
+        .expect("lease server");
+    let config = server.kube_config().await.expect("kubeconfig");
+    let api: Api<Lease> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let key = "labels-and-kube-coordinate".to_owned();
+    let ttl = Kind::Coordinate.ttl();
+    let kubeconfig = KubeconfigFile::write(server.addr()).expect("kubeconfig file");
+    let mut peer = CandidateProcess::spawn(
+        std::path::Path::new(PEER),
+        &format!("kube-coordinate+{}", kubeconfig.url()),
+        &key,
+        "kube-coordinate-1",
+        ttl,
+        LIMIT,
+    )
+    .await
+    .expect("the kube-coordinate candidate");
+    peer.request(Command::Campaign, LIMIT)
+        .await
+        .expect("campaign")
+        .expect("campaign");
+    let give_up = tokio::time::Instant::now() + LIMIT;
+    loop {
+        match peer.next_event(Duration::from_millis(100)).await {
+            Some((Message::Elected { .. }, _)) => break,
+            _ => assert!(
+                tokio::time::Instant::now() < give_up,
+                "kube-coordinate never led"
+            ),
+        }
+    }
+    // Its renewals, by renewTime, as a watch of the Lease sees them.
+    let current = api.get(&key).await.unwrap();
+    let renewals = Arc::new(Mutex::new(Vec::<SystemTime>::new()));
+    let watching = tokio::spawn({
+        let (api, key, renewals) = (api.clone(), key.clone(), renewals.clone());
+        let rv = current.metadata.resource_version.unwrap_or_default();
+        async move {
+            let params = WatchParams::default().fields(&format!("metadata.name={key}"));
+            let mut stream = api.watch(&params, &rv).await.unwrap().boxed();
+            while let Ok(Some(event)) = stream.try_next().await {
+                if let WatchEvent::Modified(lease) = event {
+                    let spec = lease.spec.unwrap_or_default();
+                    if let Some(at) = spec.renew_time {
+                        let at: SystemTime = at.0.into();
+                        let mut renewals = renewals.lock().unwrap();
+                        if renewals.last() != Some(&at) {
+                            renewals.push(at);
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let longest_gap = |renewals: &[SystemTime]| {
+        renewals
+            .windows(2)
+            .map(|w| w[1].duration_since(w[0]).unwrap_or_default())
+            .max()
+            .unwrap_or_default()
+    };
+    let phase = Duration::from_secs(9);
+    tokio::time::sleep(phase).await;
+    let undisturbed = renewals.lock().unwrap().clone();
+
+    // Tenure waiters come and go: each names itself (a label write) and
+    // withdraws 1.5 s later (another).
+    let backend = Arc::new(
+        tenure_kube::KubeBackend::from_config(
+            server.kube_config().await.unwrap(),
+            tenure_kube::KubeOptions::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let start = renewals.lock().unwrap().len();
+    let until = tokio::time::Instant::now() + phase;
+    let mut n = 0;
+    while tokio::time::Instant::now() < until {
+        n += 1;
+        let wants = Candidacy::parse(&key, &format!("w{n}"), ttl).unwrap();
+        let backend = backend.clone();
+        let waiting = tokio::spawn(async move { backend.acquire(&wants, AcquireMode::Wait).await });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        waiting.abort();
+    }
+    // The last renewal before the waiters, and those during them.
+    let disturbed = renewals.lock().unwrap()[start.saturating_sub(1)..].to_vec();
+    let mut last = disturbed.clone();
+    last.push(SystemTime::now());
+    let (calm, busy) = (longest_gap(&undisturbed), longest_gap(&last));
+    let still_leading = peer
+        .request(Command::Status, LIMIT)
+        .await
+        .expect("status")
+        .map(|status| status.leader)
+        .unwrap_or(false);
+    println!(
+        "kube-coordinate (lease_duration {ttl:?}, renew_deadline 2 s): longest gap between its \
+         renewals {calm:?} undisturbed ({} renewals in {phase:?}), {busy:?} with a tenure waiter \
+         coming and going every 1.5 s ({} renewals in {phase:?}); still saying it leads: \
+         {still_leading}",
+        undisturbed.len(),
+        disturbed.len().saturating_sub(1),
+    );
+    watching.abort();
+    let _ = peer.request(Command::Resign, LIMIT).await;
+    assert!(
+        calm < ttl,
+        "kube-coordinate's renewals were {calm:?} apart with nobody else writing"
+    );
+    assert!(
+        busy > ttl && still_leading,
+        "tenure's label writes no longer hold off kube-coordinate's renewals past its lease \
+         ({busy:?}; leading {still_leading}): update tenure-kube's README"
+    );
+}
