@@ -44,12 +44,25 @@ impl std::fmt::Display for NodeError {
 }
 
 /// What a message on a key's channel says (a wake-up hint only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Message {
     /// A candidate took the key on that master.
     Elected,
-    /// A holder (or a round undoing itself) let the key go there.
-    Vacant,
+    /// A holder (or a round undoing itself) let the key go there: the
+    /// value it released (`None` from a tenure that did not say).
+    Vacant(Option<String>),
+}
+
+impl Message {
+    fn parse(payload: &[u8]) -> Message {
+        match payload.strip_prefix(b"vacant") {
+            Some(rest) => Message::Vacant(
+                rest.strip_prefix(b":")
+                    .map(|value| String::from_utf8_lossy(value).into_owned()),
+            ),
+            None => Message::Elected,
+        }
+    }
 }
 
 /// The least pause after a failed connect before the next; it doubles
@@ -337,10 +350,7 @@ impl Master {
             pubsub.subscribe(channel).await?;
             let messages = pubsub
                 .into_on_message()
-                .map(|m| match m.get_payload_bytes() {
-                    b"vacant" => Message::Vacant,
-                    _ => Message::Elected,
-                });
+                .map(|m| Message::parse(m.get_payload_bytes()));
             redis::RedisResult::Ok(messages.boxed())
         };
         match tokio::time::timeout(timeout, subscribe).await {
@@ -398,4 +408,20 @@ async fn connect(addr: String, client: redis::Client, link: Arc<Link>, timeout: 
         }
     }
     link.changed.send_modify(|n| *n += 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_message_names_the_value_released() {
+        assert_eq!(Message::parse(b"elected"), Message::Elected);
+        assert_eq!(
+            Message::parse(b"vacant:abc:replica-1"),
+            Message::Vacant(Some("abc:replica-1".into()))
+        );
+        // From a tenure that did not name it.
+        assert_eq!(Message::parse(b"vacant"), Message::Vacant(None));
+    }
 }

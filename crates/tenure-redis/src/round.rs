@@ -74,9 +74,10 @@ impl RedisBackend {
     ///
     /// `known` is the value a majority was last seen to hold (a waiter's
     /// memory across its rounds): a gate that refuses with it is believed
-    /// without looking at the others again. The waiter forgets it at every
-    /// release message, and it is forgotten here when the others no longer
-    /// hold it: a release that missed the gate leaves the key there alone.
+    /// without looking at the others again. The waiter forgets it when a
+    /// release of that value is published, and it is forgotten here when
+    /// the others no longer hold it: a release that missed the gate leaves
+    /// the key there alone.
     pub(crate) async fn attempt(
         &self,
         candidacy: &Candidacy,
@@ -484,11 +485,17 @@ impl RedisBackend {
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 message = wake.next() => match message {
-                    // A release: the holder a majority was seen to hold may
-                    // have let go while its key stands on a master the
-                    // release missed. That key is no longer believed on
-                    // its own: the others are asked again.
-                    Some(Message::Vacant) => known = None,
+                    // The holder a majority was seen to hold let go (or a
+                    // release did not say whose): its key may stand on a
+                    // master the release missed, and is no longer believed
+                    // there on its own; the others are asked again. Other
+                    // values' releases (the previous holder's, rounds
+                    // undoing themselves) leave it believed.
+                    Some(Message::Vacant(released)) => {
+                        if released.is_none() || released == known {
+                            known = None;
+                        }
+                    }
                     Some(Message::Elected) => {}
                     None => {
                         // Every subscription ended (masters restarted): subscribe again.

@@ -32,8 +32,10 @@ pub(crate) const EXTEND: &str = include_str!("lua/extend.lua");
 pub(crate) const REPAIR: &str = include_str!("lua/repair.lua");
 
 /// `KEYS[1]`, `ARGV[1]` our value, `ARGV[2]` the channel. Deletes the key
-/// only if it holds our value, and wakes the waiters: 1 deleted, 0 it was
-/// not ours (already gone, or someone else's now).
+/// only if it holds our value, and wakes the waiters with `vacant:<value>`
+/// (the value released: a waiter that believed it held the key asks every
+/// master again): 1 deleted, 0 it was not ours (already gone, or someone
+/// else's now).
 pub(crate) const RELEASE: &str = include_str!("lua/release.lua");
 
 /// `KEYS[1]`. Who holds the key and for how much longer: `{value, pttl}`,
