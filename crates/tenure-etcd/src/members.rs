@@ -368,6 +368,15 @@ mod tests {
         assert_eq!(m.pick(Some(2)), 2, "back once its time aside is over");
     }
 
+    #[test]
+    fn a_first_try_is_an_eighth_of_the_timeout_and_at_least_100ms() {
+        let ms = Duration::from_millis;
+        assert_eq!(Members::first_try(Duration::from_secs(5)), ms(625));
+        assert_eq!(Members::first_try(Duration::from_secs(1)), ms(125));
+        assert_eq!(Members::first_try(ms(400)), ms(100));
+        assert_eq!(Members::first_try(ms(50)), ms(50), "never over the whole");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn one_member_is_always_the_pick() {
         let m = members(1);
