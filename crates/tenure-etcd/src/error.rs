@@ -52,6 +52,30 @@ pub(crate) fn is_lease_not_found(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// The gRPC status behind tenure's `error`, if it is one of etcd's answers.
+fn status_of(error: &Error) -> Option<&tonic::Status> {
+    match error {
+        Error::Backend { source, .. } | Error::Unavailable { source, .. } => {
+            match source.downcast_ref::<etcd_client::Error>()? {
+                etcd_client::Error::GRpcStatus(status) => Some(status),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether etcd refused a transaction for having more operations than its
+/// `--max-txn-ops` allows.
+pub(crate) fn is_too_many_ops(error: &Error) -> bool {
+    status_of(error).is_some_and(|s| s.message().contains("too many operations in txn request"))
+}
+
+/// Whether etcd refused the request for the user's permissions.
+pub(crate) fn is_refused(error: &Error) -> bool {
+    status_of(error).is_some_and(|s| s.code() == Code::PermissionDenied)
+}
+
 /// etcd's answer to a request whose token it no longer takes.
 const INVALID_AUTH_TOKEN: &str = "etcdserver: invalid auth token";
 /// etcd's answer to a request whose token was issued before the auth store

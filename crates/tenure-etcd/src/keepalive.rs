@@ -1,6 +1,7 @@
 //! Keeping one etcd lease alive, on a keep-alive stream opened on demand
 //! on one member at a time.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
@@ -134,8 +135,12 @@ impl KeepAlive {
 /// What a renewal found.
 pub(crate) enum Renewed {
     /// The lease lives on; the deadline may count from `sent_at`. For each
-    /// key asked about, in order, whether it is still ours.
-    Alive { sent_at: Instant, ours: Vec<bool> },
+    /// key asked about, in order, whether it is still ours, or the server's
+    /// refusal to read it (that key's alone).
+    Alive {
+        sent_at: Instant,
+        ours: Vec<Result<bool>>,
+    },
     /// The lease is gone on the server.
     Expired,
 }
@@ -149,7 +154,8 @@ const MIN_TRY: Duration = Duration::from_millis(50);
 
 /// Keeps the lease alive before `deadline` (its holder's local deadline,
 /// past which the Elector no longer waits), and then reads whether each of
-/// `keys` (name, create revision) is still ours.
+/// `keys` (name, create revision) is still ours ([`read_ours`], in
+/// transactions of at most `max_txn_ops` gets).
 ///
 /// One member at a time: the one that answered last ([`Members::pick`]).
 /// A try that fails or times out sets its member aside, and the next one
@@ -171,6 +177,7 @@ pub(crate) async fn renew(
     settings: &Settings,
     deadline: Instant,
     keys: &[(String, i64)],
+    max_txn_ops: &AtomicUsize,
 ) -> Result<Renewed> {
     let late = deadline <= Instant::now();
     let several = members.len() > 1;
@@ -220,7 +227,7 @@ pub(crate) async fn renew(
                                 .min(bound),
                         },
                     };
-                    let ours = crate::election::still_ours_all(&client, keys, &read).await?;
+                    let ours = read_ours(&client, keys, &read, max_txn_ops).await?;
                     Ok(Renewed::Alive { sent_at, ours })
                 }
             }
@@ -241,6 +248,55 @@ pub(crate) async fn renew(
         }
         tracing::debug!(member, %error, ?left, "a keep-alive try failed; trying another member");
     }
+}
+
+/// Whether each of `keys` is still ours, in read-only transactions of at
+/// most `max_txn_ops` gets: etcd's default `--max-txn-ops` is 128, and a
+/// server started with less refuses a longer transaction as a whole
+/// ("too many operations in txn request"); the limit is then halved, for
+/// good, and the keys read again. etcd also refuses a whole transaction
+/// for one get the user may not make (an election whose permissions
+/// differ from the others' of the client): those keys are read again one
+/// by one, and only the keys refused carry the refusal (their terms end;
+/// the others go on).
+pub(crate) async fn read_ours(
+    client: &Client,
+    keys: &[(String, i64)],
+    settings: &Settings,
+    max_txn_ops: &AtomicUsize,
+) -> Result<Vec<Result<bool>>> {
+    let mut found = Vec::with_capacity(keys.len());
+    let mut rest = keys;
+    while !rest.is_empty() {
+        let n = max_txn_ops.load(Ordering::SeqCst).clamp(1, rest.len());
+        let (chunk, after) = rest.split_at(n);
+        match crate::election::still_ours_all(client, chunk, settings).await {
+            Ok(ours) => found.extend(ours.into_iter().map(Ok)),
+            Err(e) if n > 1 && crate::error::is_too_many_ops(&e) => {
+                let lower = n / 2;
+                max_txn_ops.fetch_min(lower, Ordering::SeqCst);
+                tracing::info!(
+                    max_txn_ops = lower,
+                    "etcd refused a transaction of {n} operations (its --max-txn-ops is lower);                      reading in transactions of {lower}"
+                );
+                continue;
+            }
+            Err(e) if n > 1 && crate::error::is_refused(&e) => {
+                for key in chunk {
+                    let one = std::slice::from_ref(key);
+                    match crate::election::still_ours_all(client, one, settings).await {
+                        Ok(ours) => found.push(Ok(ours.first().copied().unwrap_or(false))),
+                        Err(e) if crate::error::is_refused(&e) => found.push(Err(e)),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Err(e) if crate::error::is_refused(&e) => found.push(Err(e)),
+            Err(e) => return Err(e),
+        }
+        rest = after;
+    }
+    Ok(found)
 }
 
 /// Revokes a lease (deleting every key attached to it), ignoring "not found".

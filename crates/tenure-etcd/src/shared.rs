@@ -70,6 +70,9 @@ pub(crate) struct Pool {
     /// Held while a lease is granted, so that candidacies starting together
     /// share the one granted.
     granting: tokio::sync::Mutex<()>,
+    /// Operations per transaction: etcd's default `--max-txn-ops` until a
+    /// server refuses as many (halved then, for good).
+    max_txn_ops: AtomicUsize,
 }
 
 impl std::fmt::Debug for Pool {
@@ -152,6 +155,7 @@ impl Pool {
             settings,
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
+            max_txn_ops: AtomicUsize::new(crate::election::MAX_TXN_OPS),
         }
     }
 
@@ -443,7 +447,8 @@ async fn run(pool: &Pool, lease: &Arc<Shared>, round: Vec<Waiting>) {
     let keys: Vec<(String, i64)> = round.iter().filter_map(|w| w.key.clone()).collect();
     let renewed = {
         let mut keep = lease.keep_alive.lock().await;
-        keepalive::renew(&mut keep, &pool.members, &settings, deadline, &keys).await
+        let limit = &pool.max_txn_ops;
+        keepalive::renew(&mut keep, &pool.members, &settings, deadline, &keys, limit).await
     };
     let mut ours = Vec::new();
     let outcome = match renewed {
@@ -465,9 +470,10 @@ async fn run(pool: &Pool, lease: &Arc<Shared>, round: Vec<Waiting>) {
     let mut ours = ours.into_iter();
     for waiting in round {
         let answer = match &outcome {
-            Ok(Round::Alive { sent_at }) => match waiting.key {
-                Some(_) if !ours.next().unwrap_or(false) => Ok(Round::KeyGone),
-                _ => Ok(Round::Alive { sent_at: *sent_at }),
+            Ok(Round::Alive { sent_at }) => match waiting.key.map(|_| ours.next()) {
+                Some(Some(Err(refused))) => Err(refused),
+                Some(Some(Ok(true))) | None => Ok(Round::Alive { sent_at: *sent_at }),
+                Some(Some(Ok(false)) | None) => Ok(Round::KeyGone),
             },
             Ok(other) => Ok(*other),
             Err(error) => Err(error.duplicate()),
@@ -488,7 +494,8 @@ async fn sweep(pool: &Pool, lease: &Shared, settings: &Settings) {
         sweep.retain(|(_, until)| *until > now);
         sweep.iter().map(|(name, _)| name.clone()).collect()
     };
-    for chunk in names.chunks(crate::election::MAX_TXN_OPS) {
+    let limit = pool.max_txn_ops.load(Ordering::SeqCst).max(1);
+    for chunk in names.chunks(limit) {
         let txn = Txn::new().and_then(
             chunk
                 .iter()
@@ -496,6 +503,10 @@ async fn sweep(pool: &Pool, lease: &Shared, settings: &Settings) {
                 .collect::<Vec<_>>(),
         );
         if let Err(error) = settings.txn(&pool.client, &txn).await {
+            if crate::error::is_too_many_ops(&error) {
+                pool.max_txn_ops
+                    .fetch_min(chunk.len() / 2, Ordering::SeqCst);
+            }
             tracing::debug!(%error, "deleting withdrawn keys again failed; the next round tries");
             return;
         }

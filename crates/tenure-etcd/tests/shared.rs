@@ -405,3 +405,105 @@ async fn a_key_abandoned_in_a_long_outage_does_not_lead_for_good_after_a_restart
     eb.shutdown().await;
     let _ = (run_a.await, run_b.await);
 }
+
+/// A server started with `--max-txn-ops` below the 128 gets a round reads
+/// in one transaction refuses the whole transaction: the client learns
+/// the limit and reads in smaller ones; six terms on one client keep
+/// renewing on a server that takes four operations per transaction.
+#[tokio::test(flavor = "multi_thread")]
+async fn six_terms_of_one_client_renew_on_a_server_taking_four_operations_per_transaction() {
+    let cluster = Cluster::start_etcd_with_args(1, &["--max-txn-ops=4"])
+        .await
+        .expect("etcd container");
+    let a = client(&cluster).await;
+    let mut held = Vec::new();
+    for i in 0..6 {
+        held.push(hold(&a, &format!("txn-ops/{i}"), "a").await);
+    }
+    // Asked for together: one round, one keep-alive, the reads after it.
+    for _ in 0..2 {
+        let renewed = futures::future::join_all(held.iter().map(|l| a.renew(l))).await;
+        held = renewed
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.unwrap_or_else(|e| panic!("term {i} of 6 not renewed: {e}")))
+            .collect();
+    }
+    for lease in &held {
+        a.release(lease).await.unwrap();
+    }
+}
+
+/// A client shared by elections whose permissions differ: the user loses
+/// read permission on one election (its role now writes there only). etcd
+/// refuses a read transaction as a whole for one get it may not make; the
+/// terms of the other elections must go on, and only the refused one end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_refused_on_one_election_ends_only_that_elections_term() {
+    use tenure_testkit::harness::{EtcdAuth, EtcdTokens};
+    let tokens = EtcdTokens::Simple {
+        ttl: Duration::from_secs(300),
+    };
+    let cluster = Cluster::start_etcd_with_auth(1, EtcdAuth::new(tokens))
+        .await
+        .expect("an auth-enabled etcd container");
+    for args in [
+        &["user", "add", "limited:limited-pw"][..],
+        &["role", "add", "elections"],
+        &[
+            "role",
+            "grant-permission",
+            "elections",
+            "--prefix=true",
+            "readwrite",
+            "open/",
+        ],
+        &[
+            "role",
+            "grant-permission",
+            "elections",
+            "--prefix=true",
+            "readwrite",
+            "closing/",
+        ],
+        &["user", "grant-role", "limited", "elections"],
+    ] {
+        cluster.etcdctl(0, args).await.expect("etcdctl");
+    }
+    let url = format!(
+        "etcd://limited:limited-pw@{}/",
+        cluster.endpoints().join(",")
+    );
+    let a = Arc::new(EtcdBackend::connect_url(&url).await.expect("connect"));
+    let open = hold(&a, "open", "a").await;
+    let closing = hold(&a, "closing", "a").await;
+    for args in [
+        &[
+            "role",
+            "revoke-permission",
+            "elections",
+            "--prefix=true",
+            "closing/",
+        ][..],
+        &[
+            "role",
+            "grant-permission",
+            "elections",
+            "--prefix=true",
+            "write",
+            "closing/",
+        ],
+    ] {
+        cluster.etcdctl(0, args).await.expect("etcdctl");
+    }
+    // Asked for together: one round, one read transaction of both keys.
+    let (open, closing) = tokio::join!(a.renew(&open), a.renew(&closing));
+    assert!(
+        closing.is_err(),
+        "a term renewed on a key its client may no longer read"
+    );
+    let open = open.unwrap_or_else(|e| {
+        panic!("the term of an election the client may still read ended with the other: {e}")
+    });
+    a.release(&open).await.unwrap();
+}

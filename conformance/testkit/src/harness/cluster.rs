@@ -135,6 +135,8 @@ pub struct Cluster {
     state: Mutex<Vec<NodeState>>,
     /// etcd with authentication on, and what its nodes need for it.
     auth: Option<(EtcdAuth, AuthSetup)>,
+    /// Flags every etcd member starts with besides the harness's own.
+    etcd_args: Vec<String>,
 }
 
 fn new_run_id() -> String {
@@ -152,14 +154,21 @@ impl Cluster {
     /// and ZooKeeper, a leader is elected). Builds the image if needed and
     /// first [`sweep`](super::sweep)s what dead test processes left behind.
     pub async fn start(topology: Topology) -> Result<Cluster> {
-        Self::start_with(topology, None).await
+        Self::start_with(topology, None, Vec::new()).await
     }
 
     /// Starts an etcd cluster of `nodes` members with authentication on
     /// (see [`EtcdAuth`]): it returns once auth is enabled; clients then
     /// need the root user's credentials for every key-value request.
     pub async fn start_etcd_with_auth(nodes: usize, auth: EtcdAuth) -> Result<Cluster> {
-        Self::start_with(Topology::Etcd { nodes }, Some(auth)).await
+        Self::start_with(Topology::Etcd { nodes }, Some(auth), Vec::new()).await
+    }
+
+    /// Starts an etcd cluster of `nodes` members, each started with `args`
+    /// (`"--max-txn-ops=4"`) besides the harness's own flags.
+    pub async fn start_etcd_with_args(nodes: usize, args: &[&str]) -> Result<Cluster> {
+        let args = args.iter().map(|a| a.to_string()).collect();
+        Self::start_with(Topology::Etcd { nodes }, None, args).await
     }
 
     /// The authentication the etcd servers run with, if any.
@@ -167,7 +176,11 @@ impl Cluster {
         self.auth.as_ref().map(|(auth, _)| auth)
     }
 
-    async fn start_with(topology: Topology, auth: Option<EtcdAuth>) -> Result<Cluster> {
+    async fn start_with(
+        topology: Topology,
+        auth: Option<EtcdAuth>,
+        etcd_args: Vec<String>,
+    ) -> Result<Cluster> {
         let size = topology.size();
         let auth = match auth {
             Some(_) if topology.kind() != Kind::Etcd => {
@@ -202,6 +215,7 @@ impl Cluster {
             nodes: Vec::with_capacity(size),
             state: Mutex::new(vec![NodeState::default(); size]),
             auth,
+            etcd_args,
         };
         for (name, internal) in [
             (&cluster.client_network, false),
@@ -243,6 +257,9 @@ impl Cluster {
             let mut spec = self
                 .kind
                 .spec(index, self.topology.size(), host_port, &self.run);
+            if self.kind == Kind::Etcd {
+                spec.cmd.extend(self.etcd_args.iter().cloned());
+            }
             if let Some((_, setup)) = &self.auth {
                 spec.env.extend(setup.env.iter().cloned());
                 spec.cmd = setup.wrap(spec.cmd);
