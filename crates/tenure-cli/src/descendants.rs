@@ -27,6 +27,9 @@ pub struct Member {
     pub alive: bool,
     /// Its parent.
     pub ppid: libc::pid_t,
+    /// When it started (clock ticks after boot): with the pid, it names
+    /// the process even after the pid is reused.
+    pub started: u64,
 }
 
 /// The processes descended from tenure at one look: its children (but the
@@ -113,6 +116,53 @@ pub fn kill_all(
         }
         if !new {
             return;
+        }
+    }
+}
+
+/// What one look found, kept for a later kill: pid and start time of each
+/// live member. While tenure lives, every live descendant stays in its
+/// subtree (an orphan is adopted by tenure), so the newest look holds all
+/// of them; once tenure is gone they are handed to another reaper, and this
+/// is how the keeper still knows them.
+pub struct Known {
+    members: [(libc::pid_t, u64); CAPACITY],
+    len: usize,
+}
+
+impl Known {
+    /// Nothing known yet.
+    pub fn new() -> Known {
+        Known {
+            members: [(0, 0); CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// Keeps the live members of `look`, in place of what was known.
+    pub fn keep(&mut self, look: &Descendants) {
+        self.len = 0;
+        for member in look.iter().filter(|m| m.alive) {
+            if self.len == CAPACITY {
+                break;
+            }
+            self.members[self.len] = (member.pid, member.started);
+            self.len += 1;
+        }
+    }
+
+    /// SIGKILLs each known process that is still the same process (same
+    /// start time), and everything under it (see [`kill_all`]); `keeper`
+    /// is spared.
+    pub fn kill(&self, keeper: libc::pid_t) {
+        for &(pid, started) in &self.members[..self.len] {
+            if pid == keeper || imp::started(pid) != Some(started) {
+                continue;
+            }
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // Every child of it counts (no group of its own is spared).
+            kill_all(pid, -1, keeper, 0);
         }
     }
 }
@@ -273,12 +323,34 @@ mod imp {
         let state = *fields.next()?.first()?;
         let ppid = decimal_or_zero(fields.next()?);
         let pgid = decimal_or_zero(fields.next()?);
+        // starttime is field 22; pgrp (just read) is field 5.
+        let started = fields.nth(22 - 6).map_or(0, |f| decimal_u64(f));
         Some(Member {
             pid,
             pgid,
             alive: state != b'Z' && state != b'X' && state != b'x',
             ppid,
+            started,
         })
+    }
+
+    /// When `pid` started, if it exists.
+    pub fn started(pid: libc::pid_t) -> Option<u64> {
+        stat(pid).map(|member| member.started)
+    }
+
+    /// A decimal field as u64; 0 if it is not one.
+    fn decimal_u64(field: &[u8]) -> u64 {
+        let mut value: u64 = 0;
+        for &byte in field {
+            if !byte.is_ascii_digit() {
+                return 0;
+            }
+            value = value
+                .saturating_mul(10)
+                .saturating_add((byte - b'0') as u64);
+        }
+        value
     }
 
     /// A decimal field; 0 if it is not one (a parent 0: no parent).
@@ -293,6 +365,10 @@ mod imp {
 
     pub fn adopt_orphans() -> std::io::Result<()> {
         Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    pub fn started(_pid: libc::pid_t) -> Option<u64> {
+        None
     }
 
     /// No /proc to read, and orphans go to init: only the group is known.

@@ -75,6 +75,8 @@ fn main() {
         etcd_sigstop_of_the_leader_kills_work_under_timeout_before_the_standby_runs,
         the_keeper_is_not_matched_by_pkill_patterns_for_tenure,
         a_killed_keeper_is_replaced_and_still_kills_at_the_deadline,
+        a_sigkilled_tenure_leaves_no_setsid_work_running,
+        a_sigkilled_tenure_leaves_no_work_under_timeout_running,
     ];
     let conclusion = libtest_mimic::run(&args, trials);
     etcd::stop();
@@ -1201,4 +1203,45 @@ fn a_killed_keeper_is_replaced_and_still_kills_at_the_deadline() -> Outcome {
         run.stderr()
     );
     Ok(())
+}
+
+/// tenure is SIGKILLed (the OOM killer) while work its command started
+/// outside the group (`escape`) runs: the keeper kills that work too, at once.
+fn a_sigkilled_tenure_leaves_no_work_running(escape: Escape) -> Outcome {
+    if let Some(program) = escape.missing() {
+        println!("    skipped: {program} is not installed");
+        return Ok(());
+    }
+    let dir = scratch(&format!("sigkill-{escape:?}"));
+    let out = dir.join("out");
+    let mut command = memory_run(&["-v"], escape.command());
+    command.env("OUT", &out).env("ESCAPEE", escapee(None));
+    let mut run = Background::start("run", command, &dir)?;
+    let pid = wait_until("the escaped loop to start", QUICK, || {
+        ticks(&out).first().map(|t| t.pid)
+    })?;
+    let _reaper = Reaper(pid);
+    // The keeper looks at what tenure started every 500 ms: let it look
+    // twice after the loop left the group.
+    std::thread::sleep(Duration::from_millis(1200));
+    let killed = Instant::now();
+    run.end(libc::SIGKILL, QUICK)?;
+    let dead = wait_until(
+        "the escaped loop to die with tenure",
+        Duration::from_secs(2),
+        || process_gone(pid).then(Instant::now),
+    )?;
+    println!(
+        "    {escape:?} loop dead {} ms after the SIGKILL of tenure",
+        (dead - killed).as_millis()
+    );
+    Ok(())
+}
+
+fn a_sigkilled_tenure_leaves_no_setsid_work_running() -> Outcome {
+    a_sigkilled_tenure_leaves_no_work_running(Escape::Setsid)
+}
+
+fn a_sigkilled_tenure_leaves_no_work_under_timeout_running() -> Outcome {
+    a_sigkilled_tenure_leaves_no_work_running(Escape::Timeout)
 }
