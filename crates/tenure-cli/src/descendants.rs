@@ -324,7 +324,7 @@ mod imp {
         let ppid = decimal_or_zero(fields.next()?);
         let pgid = decimal_or_zero(fields.next()?);
         // starttime is field 22; pgrp (just read) is field 5.
-        let started = fields.nth(22 - 6).map_or(0, |f| decimal_u64(f));
+        let started = fields.nth(22 - 6).map_or(0, decimal_u64);
         Some(Member {
             pid,
             pgid,
