@@ -102,7 +102,9 @@ struct LinkState {
     connecting: bool,
     /// Why the last connect failed, and when the next may start.
     down: Option<(String, Instant)>,
+    /// The pause after the next failed connect.
     backoff: Backoff,
+    /// Connections made so far: the open one's number.
     made: u64,
 }
 
