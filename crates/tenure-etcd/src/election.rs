@@ -371,21 +371,21 @@ pub(crate) async fn deleted<'a>(
     let options = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
+    // On one member of several: the one that answered last, unless set
+    // aside (one that fails the watch is, and the caller comes back).
+    // Opening may hang on a frozen member: bounded (the waiter next in line
+    // does not wait for it meanwhile; it looks for itself).
+    let (client, member) = via.watch_client(settings.request_timeout).await?;
+    let on_member = Settings {
+        key_prefix: settings.key_prefix.clone(),
+        request_timeout: settings.request_timeout,
+        route: match member {
+            Some(_) => Route::ThisMember,
+            None => settings.route,
+        },
+    };
     let mut logged_in = false;
     'watch: loop {
-        // On one member of several: the one that answered last, unless set
-        // aside (one that fails the watch is, and the caller comes back).
-        // Opening may hang on a frozen member: bounded (the waiter next in
-        // line does not wait for it meanwhile; it looks for itself).
-        let (client, member) = via.watch_client(settings.request_timeout).await?;
-        let on_member = Settings {
-            key_prefix: settings.key_prefix.clone(),
-            request_timeout: settings.request_timeout,
-            route: match member {
-                Some(_) => Route::ThisMember,
-                None => settings.route,
-            },
-        };
         let watched = async {
             let opened =
                 crate::error::watch_opened(on_member.route, on_member.request_timeout, || {
