@@ -249,6 +249,23 @@ impl Pool {
         true
     }
 
+    /// Revokes every lease of the pool at once, each within the request
+    /// timeout (the client is closing): the first failure, if any.
+    pub(crate) async fn close(&self) -> Result<()> {
+        let leases: Vec<Arc<Shared>> = self.leases().drain().map(|(_, l)| l).collect();
+        let revokes = leases.iter().map(|lease| {
+            lease.dead.store(true, Ordering::SeqCst);
+            let settings = self.settings.for_ttl(lease.ttl);
+            let client = &self.client;
+            async move { keepalive::revoke(client, lease.id, &settings).await }
+        });
+        futures::future::join_all(revokes)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>>>()
+            .map(drop)
+    }
+
     /// Takes `lease` out of the pool (gone on the server): new candidacies
     /// get a new one.
     fn forget(&self, lease: &Arc<Shared>) {

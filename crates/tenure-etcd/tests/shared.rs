@@ -507,3 +507,23 @@ async fn a_read_refused_on_one_election_ends_only_that_elections_term() {
     });
     a.release(&open).await.unwrap();
 }
+
+/// `Elector::shutdown` closes a backend nothing else holds: its shared
+/// leases are revoked then, not a second later (the linger kept for the
+/// client's next candidacy), so nothing outlives a process that exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn closing_the_backend_revokes_its_shared_lease_at_once() {
+    let cluster = etcd().await;
+    let (a, look) = (client(&cluster).await, client(&cluster).await);
+    let elector = elector_on(&a, "closing", "a");
+    let leadership = elector.campaign().await.unwrap();
+    let id = leases_of(&look, "closing/").await[0];
+    drop(a);
+    leadership.resign().await.unwrap();
+    elector.shutdown().await;
+    let live = look.client().lease_client().leases().await.unwrap();
+    assert!(
+        live.leases().iter().all(|l| l.id() != id),
+        "the closed backend's lease {id:x} outlived its shutdown"
+    );
+}
