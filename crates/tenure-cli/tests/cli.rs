@@ -77,6 +77,7 @@ fn main() {
         a_killed_keeper_is_replaced_and_still_kills_at_the_deadline,
         a_sigkilled_tenure_leaves_no_setsid_work_running,
         a_sigkilled_tenure_leaves_no_work_under_timeout_running,
+        tenure_exits_only_once_its_commands_group_is_gone,
     ];
     let conclusion = libtest_mimic::run(&args, trials);
     etcd::stop();
@@ -1244,4 +1245,60 @@ fn a_sigkilled_tenure_leaves_no_setsid_work_running() -> Outcome {
 
 fn a_sigkilled_tenure_leaves_no_work_under_timeout_running() -> Outcome {
     a_sigkilled_tenure_leaves_no_work_running(Escape::Timeout)
+}
+
+/// A process that takes a while to die: it maps and touches 512 MiB in
+/// small pages (the kernel frees them after SIGKILL or SIGTERM, ~180 ms
+/// here), writes its pid to $OUT, and sleeps.
+const SLOW_TO_DIE: &str = r#"
+import mmap, os, time
+size = 512 << 20
+m = mmap.mmap(-1, size)
+m.madvise(mmap.MADV_NOHUGEPAGE)
+for i in range(0, size, 4096):
+    m[i] = 1
+with open(os.environ["OUT"], "w") as out:
+    out.write(str(os.getpid()))
+time.sleep(600)
+"#;
+
+fn tenure_exits_only_once_its_commands_group_is_gone() -> Outcome {
+    let python = Command::new("python3")
+        .arg("-c")
+        .arg("import mmap")
+        .output();
+    if !python.is_ok_and(|out| out.status.success()) {
+        println!("    skipped: python3 is not installed");
+        return Ok(());
+    }
+    let dir = scratch("slow-to-die");
+    let out = dir.join("pid");
+    let script = dir.join("slow.py");
+    std::fs::write(&script, SLOW_TO_DIE)?;
+    // The slow process is in the command's group, not the command: tenure
+    // does not wait for it by waiting for the command.
+    let mut command = memory_run(&["-v"], &["sh", "-c", r#"python3 "$SLOW" & wait"#]);
+    command.env("OUT", &out).env("SLOW", &script);
+    let mut run = Background::start("run", command, &dir)?;
+    let pid: libc::pid_t = wait_until("the slow process to be ready", QUICK, || {
+        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+    })?;
+    let _reaper = Reaper(pid);
+    let signalled = std::time::SystemTime::now();
+    run.signal(libc::SIGTERM);
+    let (status, exited) = run.wait(QUICK)?;
+    let state = process_state(pid);
+    ensure!(
+        process_gone(pid),
+        "tenure exited ({status}) while a process of its command's group (pid {pid}, state {state:?}) was still dying: it resigned before the group was gone; its log:\n{}",
+        run.stderr()
+    );
+    println!(
+        "    tenure exited {} ms after SIGTERM, once its group's slow process was gone",
+        exited
+            .duration_since(signalled)
+            .unwrap_or_default()
+            .as_millis()
+    );
+    Ok(())
 }
