@@ -116,13 +116,23 @@ pub(crate) fn fill(lease: &mut Lease, queue: &[Entry], passed: &[String]) {
 /// periodic look, seconds to minutes later. The take-over after it names
 /// [`NOMINEES`] again ([`hand_on`]).
 pub(crate) fn reserve(lease: &mut Lease, queue: &[Entry], holder: &str) {
-    let up_to = named(lease).len().max(NOMINEES) + RESERVES;
-    let holders: Vec<String> = queue
-        .iter()
-        .filter(|e| e.identity == holder)
-        .map(|e| e.tag.clone())
-        .collect();
-    name_from(lease, queue, &holders, up_to);
+    let line = named(lease);
+    let up_to = line.len().max(NOMINEES) + RESERVES;
+    let now = queue::unix_now();
+    // After every waiter the Lease names, whenever the reserve joined (an
+    // entry older than theirs must not put it first: the named ones would
+    // hold back for it).
+    let mut after = line.iter().map(|n| n.order).max().unwrap_or(0);
+    for entry in queue {
+        if named(lease).len() >= up_to {
+            return;
+        }
+        let known = line.iter().any(|n| n.tag == entry.tag);
+        if !known && entry.identity != holder && !entry.expired(now) {
+            after = entry.order.max(after.saturating_add(1));
+            name(lease, &entry.tag, after);
+        }
+    }
 }
 
 /// What a waiter `me` writes into `lease` as it takes it over: it no
@@ -215,6 +225,12 @@ mod tests {
         reserve(&mut lease, &queue, "holder");
         // Not the holder's own entry, nor an expired one.
         assert_eq!(tags(&lease), ["a", "b", "d"]);
+        // After the named ones, however early its entry joined.
+        let mut early = Lease::default();
+        name(&mut early, "a", 10);
+        name(&mut early, "b", 20);
+        reserve(&mut early, &[entry("x", 1)], "holder");
+        assert_eq!(tags(&early), ["a", "b", "x"]);
         assert_eq!(position(&lease, "d"), Some(2));
         let ttl = Duration::from_secs(2);
         assert_eq!(hold_back(Some(2), 3, ttl), grace(ttl) * 2);
