@@ -148,6 +148,17 @@ impl Child {
     /// killed may take a moment to be gone: see [`Child::alive`].
     pub fn kill_all(&self) {
         descendants::kill_all(self.me, self.my_group, self.keeper_pid(), self.group);
+        for member in self.descendants().iter().filter(|m| m.alive) {
+            // SAFETY: kill with signal 0 only checks.
+            let refused = unsafe { libc::kill(member.pid, 0) } != 0
+                && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+            if refused {
+                tracing::error!(
+                    pid = member.pid,
+                    "cannot kill a process the command started (another user's): the term lasts until it exits; run tenure as that user, as root or with CAP_KILL"
+                );
+            }
+        }
     }
 
     /// Reaps the adopted orphans that exited (the command itself is waited

@@ -112,7 +112,7 @@ pub async fn supervise(
     // started lives. The last of them to exit is a child of tenure's (an
     // orphan is adopted by tenure), whose exit sends SIGCHLD: each SIGCHLD
     // is a look. This tick is only a backstop.
-    let mut backstop = tokio::time::interval(Duration::from_millis(250));
+    let mut backstop = tokio::time::interval(Duration::from_secs(1));
     backstop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut exited: Option<ExitStatus> = None;
     let status = loop {
