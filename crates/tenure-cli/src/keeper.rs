@@ -321,6 +321,7 @@ fn argument_area() -> Option<(usize, usize)> {
 
 /// The keeper's name, where `ps`, `pgrep` and `pkill` read it. Not tenure's:
 /// a `pkill -STOP tenure` must leave the keeper running.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const NAME: &std::ffi::CStr = c"lease-keeper";
 
 /// Takes the keeper's own name (Linux; elsewhere it keeps tenure's).
