@@ -542,6 +542,22 @@ impl EtcdBackend {
         let own_key = self
             .own_keys
             .watch(key.clone(), create_revision, signal.clone());
+        let state = Arc::new(TermState {
+            released: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
+            deadline: std::sync::Mutex::new((candidacy.deadline_from(valid_from), false)),
+        });
+        tenure_core::heartbeat_runtime().spawn(watch_deadline(
+            state.clone(),
+            client.clone(),
+            key.clone(),
+            create_revision,
+            settings.clone(),
+            candidacy.ttl(),
+            // The drift margin: the deadline plus it is a TTL from the send.
+            candidacy.ttl() - (candidacy.deadline_from(valid_from) - valid_from),
+        ));
         let handle = EtcdGrant {
             held: Held {
                 client: client.clone(),
@@ -549,9 +565,7 @@ impl EtcdBackend {
                 create_revision,
                 settings: settings.clone(),
                 ttl: candidacy.ttl(),
-                released: AtomicBool::new(false),
-                gone: AtomicBool::new(false),
-                valid_until: std::sync::Mutex::new(candidacy.deadline_from(valid_from)),
+                state,
                 release_tried: std::sync::Mutex::new(None),
                 attached: Some(candidate.attached),
             },
@@ -661,7 +675,7 @@ impl HeartbeatBackend for EtcdBackend {
 
     async fn renew(&self, lease: Lease, state: &EtcdGrant) -> Result<Lease> {
         let held = &state.held;
-        if held.released.load(Ordering::SeqCst) {
+        if held.state.released.load(Ordering::SeqCst) {
             return Err(Error::lease_lost(
                 lease.key().as_str(),
                 LossReason::Resigned,
@@ -684,15 +698,23 @@ impl HeartbeatBackend for EtcdBackend {
         let round = attached.renew(key, lease.valid_until()).await?;
         if matches!(round, Round::Expired | Round::KeyGone) {
             // Nothing left to delete when the handle goes.
-            held.gone.store(true, Ordering::SeqCst);
+            held.state.gone.store(true, Ordering::SeqCst);
+        }
+        // An answer after the deadline renews nothing: the term was over
+        // by then, whatever the servers kept (its key may have gone at it).
+        if !matches!(round, Round::Alive { .. }) && Instant::now() >= lease.valid_until() {
+            return Err(expired());
         }
         match round {
-            // An answer after the deadline renews nothing: the term was
-            // over by then, whatever the servers kept.
-            Round::Alive { .. } if Instant::now() >= lease.valid_until() => Err(expired()),
             Round::Alive { sent_at } => {
+                let mut deadline = held.state.deadline();
+                // Past the deadline (checked under the lock the watchdog
+                // takes before it deletes the key) nothing is renewed.
+                let (until, lapsed) = &mut *deadline;
+                if *lapsed || Instant::now() >= lease.valid_until() {
+                    return Err(expired());
+                }
                 let renewed = lease.renewed(sent_at, lease.handle().clone());
-                let mut until = held.valid_until.lock().unwrap_or_else(|e| e.into_inner());
                 *until = (*until).max(renewed.valid_until());
                 Ok(renewed)
             }
@@ -713,7 +735,7 @@ impl HeartbeatBackend for EtcdBackend {
         election::delete_if_ours(&self.members, &held.key, held.create_revision, &settings).await?;
         // Our key is gone: nothing is left to delete when the handle goes,
         // and the lease is revoked then if nobody else uses it.
-        held.released.store(true, Ordering::SeqCst);
+        held.state.released.store(true, Ordering::SeqCst);
         Ok(())
     }
 
@@ -820,16 +842,75 @@ struct Held {
     create_revision: i64,
     settings: Settings,
     ttl: Duration,
-    released: AtomicBool,
-    /// Set once a renewal found the key or the lease gone: nothing is left
-    /// to delete.
-    gone: AtomicBool,
-    /// The latest deadline any renewal of this term gave.
-    valid_until: std::sync::Mutex<Instant>,
+    /// What its renewals, release, drop and watchdog share.
+    state: Arc<TermState>,
     /// When the first release was tried (the Elector's tries go on for a
     /// TTL, and a drop after they failed waits no longer).
     release_tried: std::sync::Mutex<Option<Instant>>,
     attached: Option<Attached>,
+}
+
+/// What a held term's renewals, its release, its drop and its watchdog
+/// ([`watch_deadline`]) share.
+struct TermState {
+    /// Set once released: nothing is left to delete.
+    released: AtomicBool,
+    /// Set once a renewal found the key or the lease gone, or the watchdog
+    /// deleted the key: nothing is left to delete.
+    gone: AtomicBool,
+    /// Set once the handle is gone (its drop's cleanup takes over).
+    dropped: AtomicBool,
+    /// The latest deadline any renewal gave, and whether the term lapsed
+    /// there (its key deleted, or being deleted: no renewal counts after).
+    deadline: std::sync::Mutex<(Instant, bool)>,
+}
+
+impl TermState {
+    fn deadline(&self) -> std::sync::MutexGuard<'_, (Instant, bool)> {
+        self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Deletes a held key at its term's deadline if no renewal moved it and
+/// it is neither released nor dropped (whose own cleanup does it): the
+/// shared lease lives on for the client's other candidacies, whose renewals
+/// may run where the holder's cannot (a holder renewing on a starved
+/// application runtime, `RenewOn::CurrentRuntime`, beside waiting
+/// candidacies kept alive from the heartbeat thread). The key then goes at
+/// the deadline of the strictest owner, its holder (plus the drift
+/// margin: a TTL from the last renewal's send, as the servers would let it
+/// go on a lease of its own), and not when the client's last candidacy
+/// goes. A delete that does not land is left to the drop's cleanup.
+async fn watch_deadline(
+    state: Arc<TermState>,
+    members: Arc<Members>,
+    key: String,
+    revision: i64,
+    settings: Settings,
+    ttl: Duration,
+    margin: Duration,
+) {
+    let until = loop {
+        let until = state.deadline().0 + margin;
+        tokio::time::sleep_until(until).await;
+        let done = |flag: &AtomicBool| flag.load(Ordering::SeqCst);
+        if done(&state.released) || done(&state.gone) || done(&state.dropped) {
+            return;
+        }
+        let mut deadline = state.deadline();
+        if Instant::now() < deadline.0 + margin {
+            continue; // renewed meanwhile
+        }
+        deadline.1 = true;
+        break deadline.0 + margin;
+    };
+    tracing::debug!(
+        key,
+        "the term's deadline passed unrenewed; deleting its key"
+    );
+    if delete_until_gone(&members, &key, Some(revision), &settings, until + ttl).await {
+        state.gone.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Held {
@@ -837,11 +918,13 @@ impl Drop for Held {
         let Some(attached) = self.attached.take() else {
             return;
         };
-        if self.released.load(Ordering::SeqCst) || self.gone.load(Ordering::SeqCst) {
+        let state = &self.state;
+        state.dropped.store(true, Ordering::SeqCst);
+        if state.released.load(Ordering::SeqCst) || state.gone.load(Ordering::SeqCst) {
             drop(attached);
             return;
         }
-        let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        let until = state.deadline().0;
         let tried = *self.release_tried.lock().unwrap_or_else(|e| e.into_inner());
         let give_up = match tried {
             // Released in vain for a TTL already (a shutdown, or a term

@@ -527,3 +527,93 @@ async fn closing_the_backend_revokes_its_shared_lease_at_once() {
         "the closed backend's lease {id:x} outlived its shutdown"
     );
 }
+
+/// A holder renewing on the application's runtime
+/// (`RenewOn::CurrentRuntime`) whose workers are all blocked renews
+/// nothing, while a waiting candidacy of the same client keeps the shared
+/// lease alive from the heartbeat thread. The holder's key must go at its
+/// term's deadline (a TTL after its last renewal, plus etcd's lessor
+/// slack and a round trip: 1 s is generous), not when the stall ends: a
+/// standby would wait out the whole stall.
+#[test]
+fn a_starved_holders_key_goes_at_its_deadline_though_its_client_waits_elsewhere() {
+    const STALL: Duration = Duration::from_secs(6);
+    let side = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let app = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (cluster, c) = side.block_on(async {
+        let cluster = etcd().await;
+        let c = client(&cluster).await;
+        (cluster, c)
+    });
+    // c leads "elsewhere" from its own runtime; a waits there.
+    let holder_c = elector_on(&c, "elsewhere", "c");
+    let c_leads = side.block_on(holder_c.campaign()).unwrap();
+    let (a, _waiting, _leadership) = app.block_on(async {
+        let a = client(&cluster).await;
+        let starved = Elector::builder(a.clone())
+            .key("starved")
+            .identity("a")
+            .ttl(TTL)
+            .renew_on(tenure_core::RenewOn::CurrentRuntime)
+            .build()
+            .unwrap();
+        let leadership = starved.campaign().await.unwrap();
+        let waiter = elector_on(&a, "elsewhere", "a");
+        let waiting = tokio::spawn(async move { waiter.campaign().await.map(drop) });
+        wait_for("a waits elsewhere", TTL, || {
+            let a = a.clone();
+            async move { (keys(&a, "elsewhere/").await.len() == 2).then_some(()) }
+        })
+        .await
+        .unwrap();
+        (a, waiting, leadership)
+    });
+    // Watched from the side runtime: when a's key on "starved" goes.
+    let gone = side.spawn({
+        let c = c.clone();
+        async move {
+            let started = Instant::now();
+            while !keys(&c, "starved/").await.is_empty() {
+                if started.elapsed() > STALL * 2 {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Some(Instant::now())
+        }
+    });
+    let stalled = Instant::now();
+    app.block_on(async {
+        let blockers: Vec<_> = (0..2)
+            .map(|_| tokio::spawn(async { std::thread::sleep(STALL) }))
+            .collect();
+        std::thread::sleep(STALL);
+        for b in blockers {
+            b.await.unwrap();
+        }
+    });
+    let gone = side.block_on(gone).unwrap();
+    let bound = TTL + Duration::from_secs(1);
+    match gone {
+        Some(at) => assert!(
+            at - stalled <= bound,
+            "the starved holder's key went {:?} after the stall began (bound {bound:?}; the stall lasted {STALL:?})",
+            at - stalled
+        ),
+        None => panic!("the starved holder's key outlived a {STALL:?} stall and {STALL:?} more"),
+    }
+    drop(a);
+    side.block_on(async move {
+        drop(c_leads);
+        holder_c.shutdown().await;
+        drop(cluster);
+    });
+}
