@@ -15,7 +15,7 @@ use zookeeper_client::{Client, StateWatcher};
 use crate::error::{map, unavailable, BACKEND};
 use crate::latch;
 use crate::probe;
-use crate::relay::Relay;
+use crate::relay::{ConnectionId, Relay};
 use crate::terms::Terms;
 use crate::ZooKeeperOptions;
 
@@ -208,6 +208,12 @@ pub(crate) struct Session {
     timeout: Duration,
     /// How long the session's last renewals took, sent to answered.
     round_trips: std::sync::Mutex<RoundTrips>,
+    /// The connection the last renewal answered was sent on.
+    answered_on: std::sync::Mutex<Option<ConnectionId>>,
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The last [`RoundTrips::KEPT`] round trips of a session's renewals.
@@ -240,7 +246,7 @@ impl RoundTrips {
 /// at the 99th percentile (a reconnect and a renewal take about three: the
 /// handshake, the ping zookeeper-client sends after it, the sync with its
 /// read), at least a tenth of the session timeout, and at most half of what
-/// the lease has left when the renewal goes out, so that a server always
+/// the lease has `left` as the renewal goes out, so that a server always
 /// gets that half to answer.
 fn reserve(p99: Duration, timeout: Duration, left: Duration) -> Duration {
     (p99 * 4).max(timeout / 10).min(left / 2)
@@ -268,6 +274,7 @@ impl Session {
             relay,
             timeout,
             round_trips: Default::default(),
+            answered_on: Default::default(),
         });
         let (watched, mut closing) = (Arc::downgrade(&session), session.closing.subscribe());
         // Ends with the session (closed, or dropped) unless it shrinks first.
@@ -320,7 +327,7 @@ impl Session {
     /// lease valid; `valid_until` is the lease's deadline without it.
     ///
     /// A server that has not answered by the time only a
-    /// [reserve](reserve) of the lease is left is left for another: the
+    /// [`reserve`] of the lease is left is left for another: the
     /// relay resets the connection it was sent on (if the session still
     /// uses it), `work` fails at once with a retryable error, the Elector
     /// retries, and the client reconnects elsewhere, not to the server left
@@ -342,17 +349,16 @@ impl Session {
         let sent = Instant::now();
         let on = self.relay.connection();
         let left = valid_until.saturating_duration_since(sent);
-        let p99 = self
-            .round_trips
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .p99();
+        let p99 = lock(&self.round_trips).p99();
         let reserve = reserve(p99, self.timeout, left);
-        let leave_at = valid_until.checked_sub(reserve).unwrap_or(sent);
+        // Only a server that answered the session's last renewal is left:
+        // not one the client just reached (a retry after leaving another).
+        let proven = *lock(&self.answered_on);
         tokio::pin!(work);
-        let answered = match on {
+        let answered = match on.filter(|on| proven == Some(*on)) {
             None => work.await,
             Some(on) => {
+                let leave_at = valid_until - reserve;
                 let early = tokio::select! {
                     biased;
                     answered = work.as_mut() => Some(answered),
@@ -377,11 +383,10 @@ impl Session {
             }
         };
         if answered.is_ok() {
-            let took = sent.elapsed();
-            self.round_trips
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(took);
+            lock(&self.round_trips).push(sent.elapsed());
+            if on.is_some() && on == self.relay.connection() {
+                *lock(&self.answered_on) = on;
+            }
         }
         answered
     }
@@ -450,5 +455,39 @@ pub(crate) struct Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         self.session.claimed.lock().unwrap().remove(&self.prefix);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_reserve_is_four_round_trips_at_least_a_tenth_and_never_over_half_of_what_is_left() {
+        let timeout = Duration::from_secs(1);
+        // 0.40 of the TTL left as a renewal goes out (1 s, 200 ms tick).
+        let left = 402 * MS;
+        assert_eq!(reserve(Duration::ZERO, timeout, left), 100 * MS);
+        assert_eq!(reserve(10 * MS, timeout, left), 100 * MS);
+        assert_eq!(reserve(40 * MS, timeout, left), 160 * MS);
+        assert_eq!(reserve(80 * MS, timeout, left), 201 * MS);
+        assert_eq!(reserve(2 * MS, timeout, 170 * MS), 85 * MS);
+    }
+
+    #[test]
+    fn the_p99_of_round_trips_is_the_nearest_rank_of_the_last_kept() {
+        let mut trips = RoundTrips::default();
+        assert_eq!(trips.p99(), Duration::ZERO);
+        for ms in 1..=100 {
+            trips.push(ms * MS);
+        }
+        assert_eq!(trips.p99(), 99 * MS);
+        // Only the last 128 count.
+        for _ in 0..RoundTrips::KEPT {
+            trips.push(3 * MS);
+        }
+        assert_eq!(trips.p99(), 3 * MS);
     }
 }
