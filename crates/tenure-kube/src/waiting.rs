@@ -345,12 +345,16 @@ impl Waiter {
             }
             Err(failed) => {
                 let error = failed.error;
-                tracing::warn!(
-                    lease = self.key,
-                    %error,
-                    "cannot join the queue Lease (tenure needs patch on leases.coordination.k8s.io \
-                     for it, and room in its annotations); watching the whole Lease instead"
-                );
+                let why = "cannot join the queue Lease (tenure needs patch on \
+                           leases.coordination.k8s.io for it, and room in its annotations); \
+                           watching the whole Lease instead";
+                if error.to_string().contains("Too long") {
+                    // Full of live waiters' entries (expired ones were
+                    // deleted first): unexpected, and costly.
+                    tracing::warn!(lease = self.key, %error, "{why}");
+                } else {
+                    tracing::info!(lease = self.key, %error, "{why}");
+                }
                 self.queued = false;
                 self.hears_all = true;
             }
