@@ -9,10 +9,12 @@
 //   lib.rs       ZooKeeperBackend: options, connect, the HeartbeatBackend impl
 //   latch.rs     LeaderLatch's recipe: ephemeral sequential nodes, lowest leads
 //   campaign.rs  one candidacy: create, look, wait on the node ahead, claim
-//   session.rs   the backend's one session, replaced once it ends
+//   session.rs   the backend's one session, replaced once it ends; a renewal
+//                unanswered with a reserve of its lease left leaves its server
 //   terms.rs     the session timeout the servers grant, and the leases on it
 //   probe.rs     before a session opens: what each server would grant
-//   relay.rs     a relay that reads the timeout granted at every (re)connect
+//   relay.rs     a relay that reads the timeout granted at every (re)connect,
+//                and leaves a frozen server (session.rs times renewals)
 //   own.rs       a holder watches its own node (deleted out of band: lost)
 //   watch.rs     leader observations from child watches
 //   granted.rs   what a granted lease carries (ZkGrant)
