@@ -249,13 +249,15 @@ impl Pool {
         true
     }
 
-    /// Revokes every lease of the pool at once, each within the request
-    /// timeout (the client is closing): the first failure, if any.
+    /// Revokes every lease of the pool at once, each within an eighth of
+    /// its TTL (the client is closing, and a process exiting after it must
+    /// not wait for a server out of reach: a lease nobody keeps alive
+    /// expires by itself a TTL later): the first failure, if any.
     pub(crate) async fn close(&self) -> Result<()> {
         let leases: Vec<Arc<Shared>> = self.leases().drain().map(|(_, l)| l).collect();
         let revokes = leases.iter().map(|lease| {
             lease.dead.store(true, Ordering::SeqCst);
-            let settings = self.settings.for_ttl(lease.ttl);
+            let settings = self.settings.for_ttl(lease.ttl / 8);
             let client = &self.client;
             async move { keepalive::revoke(client, lease.id, &settings).await }
         });
