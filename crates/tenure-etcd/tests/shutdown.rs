@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use common::{client, etcd, TTL};
 use tenure_core::Elector;
