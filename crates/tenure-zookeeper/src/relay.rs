@@ -605,4 +605,131 @@ mod tests {
         refusal[8..20].fill(0);
         assert_eq!(granted_timeout(&refusal), None);
     }
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A server that answers every connection's first frame with a
+    /// `ConnectResponse` for a live session, then reads and answers
+    /// nothing more (a server that froze after the handshake); counts
+    /// the connections it accepted.
+    async fn frozen_after_handshake() -> (Arc<str>, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: Arc<str> = listener.local_addr().unwrap().to_string().into();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let len = conn.read_i32().await.unwrap_or(0);
+                    let mut frame = vec![0; usize::try_from(len).unwrap_or(0)];
+                    if conn.read_exact(&mut frame).await.is_err() {
+                        return;
+                    }
+                    let mut answer = Vec::new();
+                    answer.extend_from_slice(&0i32.to_be_bytes());
+                    answer.extend_from_slice(&1000i32.to_be_bytes());
+                    answer.extend_from_slice(&0x2ai64.to_be_bytes());
+                    answer.extend_from_slice(&16i32.to_be_bytes());
+                    answer.extend_from_slice(&[7; 16]);
+                    answer.push(0);
+                    let _ = conn.write_i32(answer.len() as i32).await;
+                    let _ = conn.write_all(&answer).await;
+                    let mut sink = [0u8; 512];
+                    while matches!(conn.read(&mut sink).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// Opens a client connection through `listener` and completes its
+    /// handshake, then sends `request` (unanswered by the server).
+    async fn handshaken(listener: &str, request: bool) -> TcpStream {
+        let mut conn = TcpStream::connect(listener).await.unwrap();
+        conn.write_i32(4).await.unwrap();
+        conn.write_all(&[0; 4]).await.unwrap();
+        let len = conn.read_i32().await.unwrap();
+        let mut answer = vec![0; usize::try_from(len).unwrap()];
+        conn.read_exact(&mut answer).await.unwrap();
+        if request {
+            conn.write_i32(8).await.unwrap();
+            conn.write_all(&[0, 0, 0, 1, 0, 0, 0, 9]).await.unwrap();
+        }
+        conn
+    }
+
+    /// Whether the relay refuses a new connection to `listener` at once
+    /// (the reset may come before the connect returns).
+    async fn refused(listener: &str, within: Duration) -> bool {
+        match TcpStream::connect(listener).await {
+            Ok(mut conn) => ended_within(&mut conn, within).await,
+            Err(_) => true,
+        }
+    }
+
+    /// Whether the relay ends a connection (reset or closed) within `within`.
+    async fn ended_within(conn: &mut TcpStream, within: Duration) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(within, conn.read(&mut byte)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_left_server_is_reset_and_refused_once_and_one_the_client_left_owing_too() {
+        let (a, a_accepted) = frozen_after_handshake().await;
+        let (b, _) = frozen_after_handshake().await;
+        let relay = Relay::start(
+            &[a.clone(), b.clone()],
+            Terms::new(Duration::from_secs(1)),
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        let listeners: Vec<String> = relay
+            .connect_string()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        let short = Duration::from_millis(200);
+
+        // Left on request: the connection is reset at once ...
+        let mut on_a = handshaken(&listeners[0], true).await;
+        // The relay takes it for the session's just after the answer passed.
+        let mut id = relay.connection();
+        for _ in 0..100 {
+            if id.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            id = relay.connection();
+        }
+        let id = id.expect("the handshaken connection");
+        assert_eq!(relay.leave(id).as_deref(), Some(&*a));
+        assert!(
+            ended_within(&mut on_a, short).await,
+            "the left connection lives on"
+        );
+        assert_eq!(relay.leave(id), None, "left twice");
+        // ... and the next connection to its server is refused, upstream unseen.
+        let before = a_accepted.load(Ordering::SeqCst);
+        assert!(refused(&listeners[0], short).await, "not refused");
+        assert_eq!(a_accepted.load(Ordering::SeqCst), before);
+        // Only once: the client reached no one else, and may come back.
+        let _back = handshaken(&listeners[0], false).await;
+        assert_eq!(a_accepted.load(Ordering::SeqCst), before + 1);
+
+        // The client leaves b on its own, owing an answer: b is refused once.
+        let on_b = handshaken(&listeners[1], true).await;
+        drop(on_b);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(refused(&listeners[1], short).await, "b not refused");
+        // Reaching another server first clears it.
+        let on_b = handshaken(&listeners[1], true).await;
+        drop(on_b);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _on_a = handshaken(&listeners[0], false).await;
+        let _on_b = handshaken(&listeners[1], false).await;
+    }
 }
