@@ -245,11 +245,16 @@ impl RoundTrips {
 /// for going to another server: four of the session's renewal round trips
 /// at the 99th percentile (a reconnect and a renewal take about three: the
 /// handshake, the ping zookeeper-client sends after it, the sync with its
-/// read), at least a tenth of the session timeout, and at most half of what
+/// read), at least a sixth of the session timeout, and at most half of what
 /// the lease has `left` as the renewal goes out, so that a server always
-/// gets that half to answer.
+/// gets that half to answer. The sixth: a reconnect and a renewal took more
+/// than a tenth (100 ms at 1 s) on a loaded 2-core machine. A renewal the
+/// Elector sends with 0.40 of the session timeout left still waits 0.23 of
+/// it for its server, above the eighth the suite's slow links hold answers
+/// back at the Elector's pace; one sent on a fresh lease waits 0.45, above
+/// the quarter they hold there.
 fn reserve(p99: Duration, timeout: Duration, left: Duration) -> Duration {
-    (p99 * 4).max(timeout / 10).min(left / 2)
+    (p99 * 4).max(timeout / 6).min(left / 2)
 }
 
 impl Session {
@@ -465,14 +470,14 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn the_reserve_is_four_round_trips_at_least_a_tenth_and_never_over_half_of_what_is_left() {
-        let timeout = Duration::from_secs(1);
-        // 0.40 of the TTL left as a renewal goes out (1 s, 200 ms tick).
-        let left = 402 * MS;
-        assert_eq!(reserve(Duration::ZERO, timeout, left), 100 * MS);
-        assert_eq!(reserve(10 * MS, timeout, left), 100 * MS);
-        assert_eq!(reserve(40 * MS, timeout, left), 160 * MS);
-        assert_eq!(reserve(80 * MS, timeout, left), 201 * MS);
+    fn the_reserve_is_four_round_trips_at_least_a_sixth_and_never_over_half_of_what_is_left() {
+        let timeout = Duration::from_millis(1200);
+        // 0.40 of the TTL left as a renewal goes out (200 ms tick).
+        let left = 482 * MS;
+        assert_eq!(reserve(Duration::ZERO, timeout, left), 200 * MS);
+        assert_eq!(reserve(10 * MS, timeout, left), 200 * MS);
+        assert_eq!(reserve(55 * MS, timeout, left), 220 * MS);
+        assert_eq!(reserve(80 * MS, timeout, left), 241 * MS);
         assert_eq!(reserve(2 * MS, timeout, 170 * MS), 85 * MS);
     }
 

@@ -711,7 +711,7 @@ async fn a_holder_whose_node_is_deleted_stops_being_valid_within_50ms() {
 /// connection(s) and 8 request(s) after the pause began, the first at
 /// +369.37ms"). So the backend leaves a server that has not answered a
 /// renewal once only a reserve of the lease is left (four of its observed
-/// renewal round trips at the 99th percentile, at least a tenth of the
+/// renewal round trips at the 99th percentile, at least a sixth of the
 /// TTL), and its relay refuses the server it left once, so the client does
 /// not go back to it: neither a step-down nor a connection to the frozen
 /// server is excused.
