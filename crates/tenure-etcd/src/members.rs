@@ -6,9 +6,10 @@
 //! it gets its share of keep-alives, reads and writes, and each waits out
 //! its whole bound. A lease's renewal, a waiter's look, and a candidate's
 //! create, release and delete instead go to one member at a time: the one
-//! that answered last, unless it failed lately; a try that fails or times
-//! out sets that member aside for [`AVOID_FOR`], and the next try, with the
-//! time left, goes to another ([`Members::unary`], [`Via`]).
+//! that answered last, unless it failed lately; a try that fails sets that
+//! member aside for [`AVOID_FOR`] and the request goes to another, and a
+//! try not answered soon is joined by one to another member, the first
+//! answer counting ([`Members::unary`], [`Via`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, Txn, TxnResponse};
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -144,74 +146,140 @@ impl Members {
         self.last.store(member, Ordering::Relaxed);
     }
 
-    /// The bound of a request's first try on one member of several, for a
-    /// request allowed `whole` in all: an eighth of it, at least
-    /// [`MIN_TRY`] (at most `whole`). An eighth of the TTL, as a waiter's
-    /// looks, where the TTL is below the request timeout.
+    /// How long a request waits for its first try on one member of several
+    /// before it sends the same request to another as well, for a request
+    /// allowed `whole` in all: an eighth of it, at least [`MIN_TRY`] (at
+    /// most `whole`). An eighth of the TTL, as a waiter's looks, where the
+    /// TTL is below the request timeout.
     pub(crate) fn first_try(whole: Duration) -> Duration {
         (whole / 8).max(MIN_TRY).min(whole)
     }
 
     /// One unary request, made by `request` with a member's client and the
-    /// settings of one try, sent to one member at a time within
-    /// `settings.request_timeout` in all: first to the member that answered
-    /// the last such request, unless it is set aside; a try that fails
-    /// (retryably) or times out sets its member aside, and the next, with
-    /// the time left, goes to another. The first try gets
-    /// [`first_try`](Self::first_try) of the whole, each try after a
-    /// timeout twice the last (a slow link gets its time), so a frozen
-    /// member costs a try, not the request timeout. Every request sent this
-    /// way must be safe to send twice (a try given up may still land): a
-    /// read, a create-if-absent, a delete guarded by a create revision.
+    /// settings of one try, within `settings.request_timeout` in all: first
+    /// to the member that answered the last such request, unless it is set
+    /// aside. If no answer came within [`first_try`](Self::first_try) of
+    /// the whole, the same request goes to another member as well (then
+    /// after twice that, and so on), and the first answer counts: a frozen
+    /// member costs that wait, not the request timeout, and a slow link
+    /// (every member slow alike) costs nothing, since no try is given up
+    /// before the request's own timeout. A try that fails (retryably) sets
+    /// its member aside and sends the request to another at once. Every
+    /// request sent this way must be safe to send twice (a try not waited
+    /// for may still land): a read, a create-if-absent, a delete guarded by
+    /// a create revision.
     ///
     /// With one member (one endpoint, or a client given by the user), the
     /// request goes once, with the whole timeout, on that client as it is.
-    pub(crate) async fn unary<T, F, Fut>(&self, settings: &Settings, mut request: F) -> Result<T>
+    pub(crate) async fn unary<T, F, Fut>(&self, settings: &Settings, request: F) -> Result<T>
     where
         F: FnMut(Client, Settings) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         if self.members.len() == 1 {
             let client = self.client(0).await?;
+            let mut request = request;
             return request(client, settings.clone()).await;
         }
         let whole = settings.request_timeout;
         let give_up = Instant::now() + whole;
-        let mut bound = Self::first_try(whole);
-        let mut tries = 0;
+        let mut wait = Self::first_try(whole);
+        // The tries share `request`; each only calls it to make its future.
+        let request = Mutex::new(request);
+        let mut tries = FuturesUnordered::new();
+        let mut busy: Vec<usize> = Vec::new();
+        let mut sent = 0;
+        let mut next_try = Instant::now();
+        let mut last_error = None;
         loop {
-            let member = self.pick(self.last());
-            let left = give_up.saturating_duration_since(Instant::now());
-            let this_try = Settings {
-                key_prefix: settings.key_prefix.clone(),
-                request_timeout: bound.min(left),
-                route: Route::ThisMember,
-            };
-            let within = this_try.request_timeout;
-            let answer = async {
-                let client = self.client_within(member, within).await?;
-                request(client, this_try).await
-            }
-            .await;
-            let error = match answer {
-                Ok(answer) => {
-                    self.answered(member);
-                    return Ok(answer);
+            let now = Instant::now();
+            let left = give_up.saturating_duration_since(now);
+            let may_send = busy.len() < self.members.len()
+                && sent < 2 * self.members.len()
+                && left >= LAST_TRY;
+            if may_send && now >= next_try {
+                let member = self.pick_besides(&busy);
+                busy.push(member);
+                sent += 1;
+                if sent > 1 {
+                    tracing::debug!(
+                        member,
+                        ?left,
+                        "no answer yet; sending to another member too"
+                    );
                 }
-                Err(error) if error.is_retryable() => error,
-                Err(error) => return Err(error),
-            };
-            self.avoid(member);
-            tries += 1;
-            if matches!(error, Error::Timeout { .. }) {
-                bound = (bound * 2).min(whole);
+                let this_try = Settings {
+                    key_prefix: settings.key_prefix.clone(),
+                    request_timeout: left,
+                    route: Route::ThisMember,
+                };
+                let request = &request;
+                tries.push(async move {
+                    let answer = async {
+                        let client = self.client_within(member, left).await?;
+                        let answer = {
+                            let mut request = request.lock().unwrap_or_else(|e| e.into_inner());
+                            (*request)(client, this_try)
+                        };
+                        answer.await
+                    }
+                    .await;
+                    (member, answer)
+                });
+                next_try = now + wait;
+                wait = (wait * 2).min(whole);
+                continue;
             }
-            let left = give_up.saturating_duration_since(Instant::now());
-            if left < LAST_TRY || tries >= 2 * self.members.len() {
-                return Err(error);
+            if tries.is_empty() {
+                return Err(last_error.unwrap_or(Error::Timeout {
+                    operation: "request",
+                    after: whole,
+                }));
             }
-            tracing::debug!(member, %error, ?left, "a try failed; trying another member");
+            let next = if may_send { next_try } else { give_up };
+            tokio::select! {
+                Some((member, answer)) = tries.next() => {
+                    busy.retain(|&m| m != member);
+                    match answer {
+                        Ok(answer) => {
+                            self.answered(member);
+                            return Ok(answer);
+                        }
+                        Err(error) if error.is_retryable() => {
+                            tracing::debug!(member, %error, "a try failed; trying another member");
+                            self.avoid(member);
+                            last_error = Some(error);
+                            next_try = Instant::now();
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+                _ = tokio::time::sleep_until(next) => {}
+            }
         }
+    }
+
+    /// The member to send a try to while `busy` have one each: the one
+    /// [`pick`](Self::pick) names unless busy; else the next one in order
+    /// that is neither busy nor set aside; else the next one not busy.
+    fn pick_besides(&self, busy: &[usize]) -> usize {
+        let first = self.pick(self.last());
+        if !busy.contains(&first) {
+            return first;
+        }
+        let now = Instant::now();
+        let n = self.members.len();
+        let others: Vec<usize> = (first + 1..first + n)
+            .map(|i| i % n)
+            .filter(|i| !busy.contains(i))
+            .collect();
+        let avoided = self.avoided();
+        others
+            .iter()
+            .copied()
+            .find(|&i| avoided[i].is_none_or(|until| until <= now))
+            .or_else(|| others.first().copied())
+            .unwrap_or(first)
     }
 
     /// `member`'s client within `bound` (a frozen member may not even
