@@ -419,7 +419,8 @@ impl HeartbeatBackend for ZooKeeperBackend {
             czxid: held.czxid,
             owner: held.owner,
         };
-        let renewal = renewals::Renewals::still_ours(&held.session, &client, node, &settings);
+        let renewal =
+            || renewals::Renewals::still_ours(&held.session, &client, node.clone(), &settings);
         let (sent_at, ours) = held
             .session
             .answered_in_time(lease.valid_until(), renewal)

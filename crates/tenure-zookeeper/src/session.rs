@@ -328,15 +328,16 @@ impl Session {
             || self.terms.shrink().is_some()
     }
 
-    /// Runs a renewal's request, `work`, sent now, whose answer keeps a
+    /// Runs a renewal, made by `renewal` and sent now, whose answer keeps a
     /// lease valid; `valid_until` is the lease's deadline without it.
     ///
     /// A server that has not answered by the time only a
     /// [`reserve`] of the lease is left is left for another: the
     /// relay resets the connection it was sent on (if the session still
-    /// uses it), `work` fails at once with a retryable error, the Elector
-    /// retries, and the client reconnects elsewhere, not to the server left
-    /// (see [`crate::relay`], "Leaving a frozen server"). zookeeper-client
+    /// uses it), the renewal fails at once, the client reconnects elsewhere,
+    /// not to the server left (see [`crate::relay`], "Leaving a frozen
+    /// server"), where the renewal is sent once more (`renewal` makes it),
+    /// within the lease's deadline. zookeeper-client
     /// alone would wait for a third of the session timeout of silence,
     /// counted from its last answer, which may come just before a renewal
     /// that a freezing server never answers: that leaves 0.03 of the session
@@ -345,12 +346,16 @@ impl Session {
     /// The reserve counts from what the lease has left, so it holds at
     /// every point of the renewal cycle and for every tick.
     ///
-    /// A renewal answered in time adds its round trip to the session's.
-    pub(crate) async fn answered_in_time<T>(
+    /// A renewal answered on its first server adds its round trip to the
+    /// session's.
+    pub(crate) async fn answered_in_time<T, F>(
         &self,
         valid_until: Instant,
-        work: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
+        renewal: impl Fn() -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
         let sent = Instant::now();
         let on = self.relay.connection();
         let left = valid_until.saturating_duration_since(sent);
@@ -359,34 +364,50 @@ impl Session {
         // Only a server that answered the session's last renewal is left:
         // not one the client just reached (a retry after leaving another).
         let proven = *lock(&self.answered_on);
+        let work = renewal();
         tokio::pin!(work);
-        let answered = match on.filter(|on| proven == Some(*on)) {
-            None => work.await,
-            Some(on) => {
-                let leave_at = valid_until - reserve;
-                let early = tokio::select! {
-                    biased;
-                    answered = work.as_mut() => Some(answered),
-                    () = tokio::time::sleep_until(leave_at) => None,
-                };
-                match early {
-                    Some(answered) => answered,
-                    None => {
-                        if let Some(server) = self.relay.leave(on) {
-                            tracing::warn!(
-                                backend = BACKEND,
-                                session = self.id,
-                                %server,
-                                unanswered_for = ?sent.elapsed(),
-                                "a ZooKeeper server did not answer a renewal with {reserve:?} \
-                                 of the lease left; reconnecting to another"
-                            );
-                        }
-                        work.await
-                    }
-                }
-            }
+        let Some(on) = on.filter(|on| proven == Some(*on)) else {
+            return self.answered(sent, on, work.await);
         };
+        let early = tokio::select! {
+            biased;
+            answered = work.as_mut() => Some(answered),
+            () = tokio::time::sleep_until(valid_until - reserve) => None,
+        };
+        if let Some(answered) = early {
+            return self.answered(sent, Some(on), answered);
+        }
+        let Some(server) = self.relay.leave(on) else {
+            return self.answered(sent, Some(on), work.await);
+        };
+        tracing::warn!(
+            backend = BACKEND,
+            session = self.id,
+            %server,
+            unanswered_for = ?sent.elapsed(),
+            "a ZooKeeper server did not answer a renewal with {reserve:?} of the lease left; \
+             reconnecting to another"
+        );
+        match work.await {
+            Ok(answered) => Ok(answered),
+            // Failed because it was left: once more, through the server
+            // the client reconnects to, for as long as the lease lasts (a
+            // caller's retry would come later, after its back-off).
+            Err(error) => match tokio::time::timeout_at(valid_until, renewal()).await {
+                Ok(answered) => answered,
+                Err(_) => Err(error),
+            },
+        }
+    }
+
+    /// A renewal sent at `sent` on connection `on` was answered: its round
+    /// trip counts, and the connection has answered one.
+    fn answered<T>(
+        &self,
+        sent: Instant,
+        on: Option<ConnectionId>,
+        answered: Result<T>,
+    ) -> Result<T> {
         if answered.is_ok() {
             lock(&self.round_trips).push(sent.elapsed());
             if on.is_some() && on == self.relay.connection() {
