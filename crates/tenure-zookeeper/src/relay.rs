@@ -82,8 +82,12 @@
 //!   timeout) has its next connection refused at once, unless the client
 //!   reached another server first: zookeeper-client then tries the next
 //!   server without a pause, instead of waiting a connection timeout for a
-//!   handshake the frozen server never answers. Only once: should every
-//!   other server be out of reach too, the next round tries it as before.
+//!   handshake the frozen server never answers. zookeeper-client picks its
+//!   next server at random, so it may pick the left one again at once: it
+//!   is refused until another server's handshake completes, at most
+//!   [`REFUSALS_PER_SERVER`] times the number of servers in a row (each
+//!   refusal costs the client one immediate retry); should every other
+//!   server be out of reach too, it is tried as before after that.
 
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -164,6 +168,14 @@ pub(crate) struct Relay {
 /// One relayed connection of the session, from its handshake on.
 pub(crate) type ConnectionId = u64;
 
+/// How many times in a row, per server of the ensemble, a new connection
+/// to the server the client left owing an answer is refused before one is
+/// let through (should no other server answer). Refused at random picks
+/// among three servers, the client lands on another with a chance of
+/// 1 - 3^-12 before then, where once left it back on the frozen server one
+/// time in three (a full session-timeout third lost: the lease with it).
+const REFUSALS_PER_SERVER: usize = 4;
+
 /// What a relay's connections share: which one the session uses, and
 /// which server its client is not to go back to.
 #[derive(Debug)]
@@ -178,9 +190,12 @@ struct RouteState {
     /// The connection whose handshake completed last, while it lives.
     current: Option<Current>,
     /// The server (its index) the client last left owing an answer: its
-    /// next connection is refused at once, unless another server's
-    /// handshake completes first.
+    /// new connections are refused at once until another server's
+    /// handshake completes, at most [`REFUSALS_PER_SERVER`] times the
+    /// number of servers in a row.
     avoid: Option<usize>,
+    /// How many connections to `avoid` were refused since it was set.
+    refused: usize,
 }
 
 #[derive(Debug)]
@@ -196,7 +211,7 @@ impl Routes {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a new connection to `server` is refused (once).
+    /// Whether a new connection to `server` is refused.
     ///
     /// zookeeper-client opens a connection only once it gave up the last:
     /// if that one's server owed it an answer, this is the client leaving
@@ -206,11 +221,15 @@ impl Routes {
         if let Some(left) = state.current.take() {
             if lock(&left.traffic).owing() && self.servers.len() > 1 {
                 state.avoid = Some(left.server);
+                state.refused = 0;
             }
         }
         let refuse = state.avoid == Some(server);
         if refuse {
-            state.avoid = None;
+            state.refused += 1;
+            if state.refused >= REFUSALS_PER_SERVER * self.servers.len() {
+                state.avoid = None;
+            }
         }
         refuse
     }
@@ -237,6 +256,7 @@ impl Routes {
         }
         if owing && self.servers.len() > 1 {
             state.avoid = Some(server);
+            state.refused = 0;
         }
     }
 }
@@ -678,7 +698,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn a_left_server_is_reset_and_refused_once_and_one_the_client_left_owing_too() {
+    async fn a_left_server_is_reset_and_refused_until_another_answers() {
         let (a, a_accepted) = frozen_after_handshake().await;
         let (b, _) = frozen_after_handshake().await;
         let relay = Relay::start(
@@ -716,19 +736,22 @@ mod tests {
         let before = a_accepted.load(Ordering::SeqCst);
         assert!(refused(&listeners[0], short).await, "not refused");
         assert_eq!(a_accepted.load(Ordering::SeqCst), before);
-        // Only once: the client reached no one else, and may come back.
+        // Again, while the client reaches no one else, up to the bound;
+        // then it may come back.
+        for _ in 1..REFUSALS_PER_SERVER * 2 {
+            assert!(refused(&listeners[0], short).await, "not refused again");
+        }
+        assert_eq!(a_accepted.load(Ordering::SeqCst), before);
         let _back = handshaken(&listeners[0], false).await;
         assert_eq!(a_accepted.load(Ordering::SeqCst), before + 1);
 
-        // The client leaves b on its own, owing an answer: b is refused once.
+        // The client leaves b on its own, owing an answer: b is refused.
         let on_b = handshaken(&listeners[1], true).await;
         drop(on_b);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(refused(&listeners[1], short).await, "b not refused");
-        // Reaching another server first clears it.
-        let on_b = handshaken(&listeners[1], true).await;
-        drop(on_b);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(refused(&listeners[1], short).await, "b not refused again");
+        // Reaching another server clears it.
         let _on_a = handshaken(&listeners[0], false).await;
         let _on_b = handshaken(&listeners[1], false).await;
     }
