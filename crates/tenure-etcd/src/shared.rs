@@ -620,34 +620,12 @@ async fn delete_all(
 /// Runs `op` until it succeeds (`Some(true)`), fails for good
 /// (`Some(false)`), or `pool` is gone (`None`: the backend was dropped);
 /// pausing 50 ms, doubling to 1 s, between tries.
-async fn retry_while<F, Fut>(pool: &Weak<Pool>, what: &'static str, mut op: F) -> Option<bool>
+async fn retry_while<F, Fut>(pool: &Weak<Pool>, what: &'static str, op: F) -> Option<bool>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
-    let mut pause = Duration::from_millis(50);
-    let mut attempts = 1u32;
-    loop {
-        match op().await {
-            Ok(()) => {
-                if attempts > 1 {
-                    tracing::info!(what, attempts, "landed after retries");
-                }
-                return Some(true);
-            }
-            Err(error) if error.is_retryable() => {
-                tracing::debug!(what, %error, attempts, retry_in = ?pause, "failed; retrying");
-            }
-            Err(error) => {
-                tracing::warn!(what, %error, attempts, "gave up");
-                return Some(false);
-            }
-        }
-        tokio::time::sleep(pause).await;
-        pool.upgrade()?;
-        pause = (pause * 2).min(Duration::from_secs(1));
-        attempts += 1;
-    }
+    retry(what, op, |_| true, || pool.upgrade().is_some()).await
 }
 
 /// Revokes a lease, retrying transient failures until it lands or the lease
@@ -662,7 +640,25 @@ pub(crate) async fn revoke_until_gone(client: Client, id: i64, settings: Setting
 /// Runs `op` until it succeeds, a failure is not worth retrying, or
 /// `give_up` comes; pausing 50 ms, doubling to 1 s, between tries. Whether
 /// it succeeded.
-pub(crate) async fn retry_until<F, Fut>(give_up: Instant, what: &'static str, mut op: F) -> bool
+pub(crate) async fn retry_until<F, Fut>(give_up: Instant, what: &'static str, op: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let in_time = |pause| Instant::now() + pause < give_up;
+    retry(what, op, in_time, || true).await == Some(true)
+}
+
+/// Runs `op` until it succeeds (`Some(true)`), fails in a way not worth
+/// retrying or `may_retry(pause)` says no more (`Some(false)`), or
+/// `wanted()` turns false after a pause (`None`); pausing 50 ms, doubling
+/// to 1 s, between tries.
+async fn retry<F, Fut>(
+    what: &'static str,
+    mut op: F,
+    mut may_retry: impl FnMut(Duration) -> bool,
+    mut wanted: impl FnMut() -> bool,
+) -> Option<bool>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
@@ -675,17 +671,20 @@ where
                 if attempts > 1 {
                     tracing::info!(what, attempts, "landed after retries");
                 }
-                return true;
+                return Some(true);
             }
-            Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+            Err(error) if error.is_retryable() && may_retry(pause) => {
                 tracing::debug!(what, %error, attempts, retry_in = ?pause, "failed; retrying");
             }
             Err(error) => {
                 tracing::warn!(what, %error, attempts, "gave up");
-                return false;
+                return Some(false);
             }
         }
         tokio::time::sleep(pause).await;
+        if !wanted() {
+            return None;
+        }
         pause = (pause * 2).min(Duration::from_secs(1));
         attempts += 1;
     }

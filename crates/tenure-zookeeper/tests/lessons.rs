@@ -712,9 +712,9 @@ async fn a_holder_whose_node_is_deleted_stops_being_valid_within_50ms() {
 /// +369.37ms"). So the backend leaves a server that has not answered a
 /// renewal once only a reserve of the lease is left (four of its observed
 /// renewal round trips at the 99th percentile, at least a sixth of the
-/// TTL), and its relay refuses the server it left once, so the client does
-/// not go back to it: neither a step-down nor a connection to the frozen
-/// server is excused.
+/// TTL), and its relay refuses the server it left until the client
+/// reaches another, so the client does not go back to it: neither a
+/// step-down nor a connection to the frozen server is excused.
 ///
 /// The session sees only the two followers, one proxy each, so a freeze
 /// leaves the ensemble's leader and the other follower serving. Six
