@@ -44,6 +44,7 @@ macro_rules! __cases {
             elector::partitioned_leader_steps_down_before_anyone_else_leads: shared "5, 6, 8",
             servers::servers_paused_longer_than_ttl_leader_steps_down: backend "5, 6",
             outage::servers_stopped_for_several_ttls_then_a_candidate_leads: backend "6",
+            process::servers_leader_stopped_then_holder_frozen_a_candidate_leads: backend "6",
             nodes::server_node_killed_leader_survives_or_fails_over: backend "5, 6, 8",
             paused::holders_server_node_paused_longer_than_ttl: backend "5, 6, 8",
             paused::servers_leader_paused_longer_than_ttl: backend "5, 6, 8",

@@ -89,6 +89,8 @@ fn tests() -> Vec<Trial> {
         leases_lost_with_the_servers_leader_fail_server_node_killed,
         tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing,
         an_abandoned_record_kept_alive_fails_servers_stopped_for_several_ttls,
+        leases_lost_with_the_servers_leader_fail_servers_leader_stopped_then_holder_frozen,
+        late_expiry_fails_servers_leader_stopped_then_holder_frozen,
         stuck_tokens_let_a_resumed_candidate_process_write,
         a_late_deadline_lets_a_frozen_candidate_process_overlap_its_successor,
         late_expiry_fails_killed_candidate_taken_over_within_ttl_plus_1s,

@@ -386,6 +386,7 @@ fn main() -> std::process::ExitCode {
                 "herd_writes_per_leadership_change",
                 "servers_paused_longer_than_ttl_leader_steps_down",
                 "servers_stopped_for_several_ttls_then_a_candidate_leads",
+                "servers_leader_stopped_then_holder_frozen_a_candidate_leads",
                 "server_node_killed_leader_survives_or_fails_over",
                 "holders_server_node_paused_longer_than_ttl",
                 "servers_leader_paused_longer_than_ttl",

@@ -542,9 +542,10 @@ const NO_MAX_TTL: &str = "ttl_above_backend_maximum_is_invalid_argument";
 const SKIPS: &[&str] = &[ANY_KEY, TOKENS_WIPED, HISTORY, SHRUNK, NO_MAX_TTL];
 
 /// What three independent masters skip: they elect no leader of their own
-/// to pause, and have no peers to be cut off from.
+/// to pause or stop, and have no peers to be cut off from.
 const INDEPENDENT_MASTERS: &[&str] = &[
     "servers_leader_paused_longer_than_ttl",
+    "servers_leader_stopped_then_holder_frozen_a_candidate_leads",
     "standby_sees_failover_when_its_node_is_cut_off",
     "observer_sees_failover_when_its_node_is_cut_off",
 ];

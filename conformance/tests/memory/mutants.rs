@@ -389,6 +389,22 @@ pub async fn an_abandoned_record_kept_alive_fails_servers_stopped_for_several_tt
     );
 }
 
+pub async fn leases_lost_with_the_servers_leader_fail_servers_leader_stopped_then_holder_frozen() {
+    let f = MutantFactory::planted(Bug::LeasesLostOnFailover);
+    failed_on(
+        &suite::servers_leader_stopped_then_holder_frozen_a_candidate_leads(f).await,
+        Property::Exclusive,
+    );
+}
+
+pub async fn late_expiry_fails_servers_leader_stopped_then_holder_frozen() {
+    let f = MutantFactory::planted(Bug::ExpiryLate);
+    failed_on(
+        &suite::servers_leader_stopped_then_holder_frozen_a_candidate_leads(f).await,
+        Property::Timing,
+    );
+}
+
 pub async fn tokens_reset_by_a_restart_fail_cluster_restart_tokens_keep_increasing() {
     let f = MutantFactory::planted(Bug::TokensResetOnRestart);
     failed_on(
