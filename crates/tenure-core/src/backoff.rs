@@ -9,7 +9,7 @@ pub(crate) fn jittered(d: Duration, fraction: f64) -> Duration {
     if fraction <= 0.0 || d.is_zero() {
         return d;
     }
-    let f = rand::rng().random_range((1.0 - fraction)..=(1.0 + fraction));
+    let f = crate::simulation::random(|r| r.random_range((1.0 - fraction)..=(1.0 + fraction)));
     d.mul_f64(f.max(0.0))
 }
 
@@ -22,6 +22,8 @@ pub struct Backoff {
     min: Duration,
     max: Duration,
     attempt: u32,
+    /// Randomized, always but in a planted bug (`ElectorBug::BackoffWithoutJitter`).
+    jitter: bool,
 }
 
 impl Backoff {
@@ -31,7 +33,15 @@ impl Backoff {
             min,
             max: max.max(min),
             attempt: 0,
+            jitter: true,
         }
+    }
+
+    /// The same delays without their randomness: each the cap (for a
+    /// planted bug, `ElectorBug::BackoffWithoutJitter`).
+    pub(crate) fn without_jitter(mut self) -> Self {
+        self.jitter = false;
+        self
     }
 
     /// The next delay: uniform in `[min, cap]`, the cap doubling per call.
@@ -44,7 +54,11 @@ impl Backoff {
         if cap <= self.min {
             return self.min;
         }
-        rand::rng().random_range(self.min..=cap)
+        if !self.jitter {
+            return cap; // the planted bug: every candidate waits the same
+        }
+        let min = self.min;
+        crate::simulation::random(|r| r.random_range(min..=cap))
     }
 
     /// Starts over from the shortest delays (after a success).

@@ -24,6 +24,8 @@
 //   elector/         the Elector over any LeaseBackend: campaign, renew on the
 //                    heartbeat thread, step down by valid_until, observe
 //   fence.rs         the storage side of fencing
+//   simulation.rs    what a deterministic simulation fixes (seeded draws,
+//                    ordered selects, the renewal grid, spawns); hidden
 //   memory/          the in-memory backend: the whole contract in one
 //                    process, with per-client fault knobs for tests
 
@@ -41,6 +43,11 @@ mod lease;
 mod loss;
 pub mod memory;
 mod names;
+#[cfg(feature = "__simulation")]
+#[doc(hidden)]
+pub mod simulation;
+#[cfg(not(feature = "__simulation"))]
+mod simulation;
 mod token;
 
 pub use backend::{AcquireMode, Acquisition, LeaseBackend};

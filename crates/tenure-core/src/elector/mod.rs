@@ -391,7 +391,7 @@ impl Elector {
                 .inner
                 .backend
                 .acquire(&self.inner.candidacy, AcquireMode::Wait);
-            let outcome = tokio::select! {
+            let outcome = crate::simulation::select! {
                 outcome = attempt => outcome,
                 _ = shutdown.wait_for(|s| *s) => return Err(Error::Shutdown),
             };
@@ -469,7 +469,7 @@ impl Elector {
             let stop = {
                 let work = work(leadership);
                 tokio::pin!(work);
-                let stop = tokio::select! {
+                let stop = crate::simulation::select! {
                     _ = &mut work => false,
                     reason = term.lost() => {
                         tracing::info!(key = %term.key(), identity = %term.identity(), %reason, "leadership ended; cancelling the leader's work");
@@ -477,18 +477,22 @@ impl Elector {
                     }
                     _ = shut_down(&mut shutdown) => true,
                 };
-                match self
-                    .inner
-                    .settings
-                    .planted
-                    .is(planted::ElectorBug::RunNotCancelled)
-                {
+                let planted = self.inner.settings.planted;
+                match planted.is(planted::ElectorBug::RunNotCancelled) {
                     // The planted bug: the work goes on after the loss.
-                    true if !stop => tokio::select! {
+                    true if !stop => crate::simulation::select! {
                         _ = &mut work => false,
                         _ = shut_down(&mut shutdown) => true,
                     },
-                    _ => stop,
+                    _ => match planted.work_dropped_late() {
+                        // The planted bug: the work goes on a while.
+                        Some(late) if !stop => crate::simulation::select! {
+                            _ = &mut work => false,
+                            _ = tokio::time::sleep(late) => false,
+                            _ = shut_down(&mut shutdown) => true,
+                        },
+                        _ => stop,
+                    },
                 }
             };
             // The work is dropped: at shutdown, the renewer may now release.
@@ -585,7 +589,16 @@ impl Elector {
     }
 
     fn backoff(&self) -> Backoff {
-        Backoff::new(self.inner.settings.retry_min, self.inner.settings.retry_max)
+        let backoff = Backoff::new(self.inner.settings.retry_min, self.inner.settings.retry_max);
+        match self
+            .inner
+            .settings
+            .planted
+            .is(planted::ElectorBug::BackoffWithoutJitter)
+        {
+            true => backoff.without_jitter(), // the planted bug
+            false => backoff,
+        }
     }
 
     /// Turns a granted lease into a Leadership with its renewer, unless the
@@ -617,7 +630,7 @@ impl Elector {
             identity: lease.holder().clone(),
             token: lease.token(),
             status: watch::Sender::new(Status {
-                valid_until: lease.valid_until(),
+                valid_until: settings.planted.deadline(lease.valid_until()),
                 ended: None,
                 settled: false,
             }),

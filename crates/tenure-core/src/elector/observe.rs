@@ -81,7 +81,7 @@ pub(crate) fn observe(
                 std::future::pending::<()>().await;
             }
         };
-        tokio::select! {
+        crate::simulation::select! {
             event = o.next_event() => event.map(|e| (e, o)),
             _ = shut_down => None,
         }

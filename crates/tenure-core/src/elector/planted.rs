@@ -27,6 +27,18 @@ pub enum ElectorBug {
     /// A renewal's deadline counts from the arrival of its answer, not
     /// from when its request was sent.
     RenewFromAnswer,
+    /// The term's deadline is counted this long past `sent + ttl -
+    /// drift margin` (the grant's, then each renewal's).
+    DeadlineLate(Duration),
+    /// `run` drops the leader's work this long after the term is lost
+    /// (unless the work returns first or the elector shuts down).
+    WorkDroppedLate(Duration),
+    /// The renewer accepts a renewal's answer that arrives up to this long
+    /// after the term's deadline, and the term goes on from it.
+    RenewalAcceptedLate(Duration),
+    /// Retry back-off without its randomness: every candidate that failed
+    /// at the same instant retries at the same instant (a herd).
+    BackoffWithoutJitter,
 }
 
 /// The bug planted in an elector, if any.
@@ -41,6 +53,30 @@ impl Planted {
 
     pub fn is(&self, bug: ElectorBug) -> bool {
         self.0 == Some(bug)
+    }
+
+    /// The term's deadline for a lease whose own is `valid_until`.
+    pub fn deadline(&self, valid_until: tokio::time::Instant) -> tokio::time::Instant {
+        match self.0 {
+            Some(ElectorBug::DeadlineLate(by)) => valid_until + by,
+            _ => valid_until,
+        }
+    }
+
+    /// How long `run` keeps the work after the term is lost.
+    pub fn work_dropped_late(&self) -> Option<Duration> {
+        match self.0 {
+            Some(ElectorBug::WorkDroppedLate(by)) => Some(by),
+            _ => None,
+        }
+    }
+
+    /// How long past the deadline the renewer still takes a renewal's answer.
+    pub fn renewal_accepted_late(&self) -> Duration {
+        match self.0 {
+            Some(ElectorBug::RenewalAcceptedLate(by)) => by,
+            _ => Duration::ZERO,
+        }
     }
 
     /// How late `Term::lost` resolves.

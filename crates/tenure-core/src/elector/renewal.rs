@@ -29,9 +29,12 @@ pub(crate) async fn renew_until_lost(
     let identity = lease.holder().as_str().to_owned();
     let token = lease.token().map(|t| t.get());
     let mut retry = Backoff::new(Duration::from_millis(10), interval(&lease, &settings) / 4);
+    if settings.planted.is(ElectorBug::BackoffWithoutJitter) {
+        retry = retry.without_jitter();
+    }
     let mut next = next_renewal(&lease, &settings);
     loop {
-        let deadline = lease.valid_until();
+        let deadline = settings.planted.deadline(lease.valid_until());
         let attempt = async {
             sleep_until(next).await;
             let started = Instant::now();
@@ -91,7 +94,7 @@ pub(crate) async fn renew_until_lost(
                 let _ = release(&*backend, &lease, &settings).await;
                 return;
             }
-            _ = sleep_until(deadline) => {
+            _ = sleep_until(deadline + settings.planted.renewal_accepted_late()) => {
                 if term.end(LossReason::Expired) {
                     // A renewal still in flight, never answered, counts too.
                     reporter.error("renew", Arc::new(Error::Timeout {
@@ -114,7 +117,8 @@ pub(crate) async fn renew_until_lost(
                     reporter.renewal(took, Ok(renewed.sent_at()));
                     lease = renewed;
                     retry.reset();
-                    term.status.send_modify(|s| s.valid_until = s.valid_until.max(lease.valid_until()));
+                    let valid_until = settings.planted.deadline(lease.valid_until());
+                    term.status.send_modify(|s| s.valid_until = s.valid_until.max(valid_until));
                     tracing::debug!(key, identity, token, "renewed");
                     next = next_renewal(&lease, &settings);
                 }
@@ -180,7 +184,8 @@ fn on_grid(due: Instant, period: Duration) -> Instant {
     if period < Duration::from_millis(1) {
         return due;
     }
-    let epoch = *EPOCH.get_or_init(Instant::now);
+    // A simulation gives each of its worlds a grid of its own.
+    let epoch = crate::simulation::grid_epoch().unwrap_or_else(|| *EPOCH.get_or_init(Instant::now));
     let since = due.saturating_duration_since(epoch).as_nanos();
     let on_grid = since - since % period.as_nanos();
     epoch + Duration::from_nanos(u64::try_from(on_grid).unwrap_or(u64::MAX))

@@ -48,7 +48,12 @@ impl RenewOn {
     {
         match self {
             RenewOn::DedicatedThread => drop(heartbeat_runtime().spawn(task)),
-            RenewOn::CurrentRuntime => drop(tokio::spawn(task)),
+            RenewOn::CurrentRuntime => {
+                // A simulation running on this thread takes the task.
+                if let Some(task) = crate::simulation::spawn(Box::pin(task)) {
+                    drop(tokio::spawn(task));
+                }
+            }
         }
     }
 }

@@ -70,7 +70,7 @@ impl TermShared {
     /// once for a term `run` does not lead), or at `deadline`.
     pub async fn work_dropped(&self, deadline: Instant) {
         if self.in_run.load(Ordering::SeqCst) {
-            tokio::select! {
+            crate::simulation::select! {
                 _ = self.work_dropped.cancelled() => {}
                 _ = tokio::time::sleep_until(deadline) => {}
             }
@@ -165,7 +165,7 @@ impl Term {
             if let Some(reason) = s.ended {
                 return reason;
             }
-            tokio::select! {
+            crate::simulation::select! {
                 _ = tokio::time::sleep_until(s.valid_until) => {
                     // The deadline may have moved while we slept.
                     let s = *rx.borrow();

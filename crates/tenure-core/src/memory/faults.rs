@@ -263,7 +263,7 @@ impl Faults {
             if !s.watches_silent {
                 return;
             }
-            tokio::select! {
+            crate::simulation::select! {
                 _ = &mut look, if !s.trusts_watches => return,
                 changed = rx.changed() => if changed.is_err() { return },
             }
@@ -289,7 +289,7 @@ impl Faults {
         connection: Connection,
         step: impl std::future::Future<Output = T>,
     ) -> Result<T> {
-        tokio::select! {
+        crate::simulation::select! {
             out = step => Ok(out),
             () = self.until_reset(connection) => Err(unavailable("connection reset")),
         }

@@ -164,6 +164,20 @@ impl MemoryBackend {
         self.server.set_clock_rate(rate);
     }
 
+    /// Calls `hook` at the instant the server grants any key, with the
+    /// key, the holder and the token, under the server's lock (so `hook`
+    /// must not call the server): a deterministic simulation's judge checks
+    /// every other term of the key there (test-only, feature
+    /// `__simulation`, not part of the API).
+    #[cfg(feature = "__simulation")]
+    #[doc(hidden)]
+    pub fn on_grant(
+        &self,
+        hook: impl Fn(&ElectionKey, &crate::CandidateId, crate::FencingToken) + Send + Sync + 'static,
+    ) {
+        self.server.on_grant(Arc::new(hook));
+    }
+
     /// Who holds `key` on the server now.
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         self.server.holder(key)

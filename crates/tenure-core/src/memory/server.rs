@@ -121,7 +121,12 @@ struct State {
     next_session: u64,
     stats: MemoryStats,
     clock: ClockRate,
+    /// Told of every grant at its instant (a simulation's judge; none by default).
+    on_grant: Option<GrantHook>,
 }
+
+/// Called under the server's lock with each grant: key, holder, token.
+pub(super) type GrantHook = Arc<dyn Fn(&ElectionKey, &CandidateId, FencingToken) + Send + Sync>;
 
 /// How fast the server's clock runs against the clients' (one process,
 /// one tokio clock): 1.0 by default; 1.01 is 1 % fast, so the server keeps
@@ -198,6 +203,9 @@ impl State {
             expires_at: now + self.clock.real(ttl),
             loss: loss.clone(),
         });
+        if let Some(hook) = &self.on_grant {
+            hook(key, candidacy.identity(), token);
+        }
         Grant {
             id,
             token,
@@ -349,7 +357,7 @@ impl Server {
                     _ => None,
                 }
             };
-            tokio::select! {
+            crate::simulation::select! {
                 grant = &mut rx => {
                     std::mem::forget(guard);
                     return grant.expect("the server never drops a queued waiter's sender");
@@ -511,6 +519,12 @@ impl Server {
         self.lock().stats
     }
 
+    /// Calls `hook` with every grant from now on, under the server's lock.
+    #[cfg_attr(not(feature = "__simulation"), allow(dead_code))]
+    pub fn on_grant(&self, hook: GrantHook) {
+        self.lock().on_grant = Some(hook);
+    }
+
     /// From now on the server's clock runs `rate` times as fast as the
     /// clients' (leases granted or renewed from then on); see
     /// `MemoryBackend::set_server_clock_rate`.
@@ -566,7 +580,7 @@ impl Server {
                             (server, key, rx, faults, Some(current), false),
                         ));
                     }
-                    tokio::select! {
+                    crate::simulation::select! {
                         changed = rx.changed() => if changed.is_err() { return None },
                         _ = sleep_until_opt(expiry) => {}
                         () = faults.until_reset(connection) => {
