@@ -367,7 +367,8 @@ impl Session {
         let work = renewal();
         tokio::pin!(work);
         let Some(on) = on.filter(|on| proven == Some(*on)) else {
-            return self.answered(sent, on, work.await);
+            let answered = self.answered(sent, on, work.await);
+            return self.once_more(answered, valid_until, renewal).await;
         };
         let early = tokio::select! {
             biased;
@@ -375,7 +376,8 @@ impl Session {
             () = tokio::time::sleep_until(valid_until - reserve) => None,
         };
         if let Some(answered) = early {
-            return self.answered(sent, Some(on), answered);
+            let answered = self.answered(sent, Some(on), answered);
+            return self.once_more(answered, valid_until, renewal).await;
         }
         let Some(server) = self.relay.leave(on) else {
             return self.answered(sent, Some(on), work.await);
@@ -397,6 +399,41 @@ impl Session {
                 Ok(answered) => answered,
                 Err(_) => Err(error),
             },
+        }
+    }
+
+    /// A renewal that failed retryably before the relay left its server
+    /// (zookeeper-client gave its connection up under it: no answer for a
+    /// third of the session timeout, as from a server starved of CPU; or
+    /// the connection broke) is sent once more (`renewal` makes it) through
+    /// the server the client reconnects to, within the lease's deadline,
+    /// as one the relay left is. A caller's retry would come after its
+    /// back-off, and a raw lease's caller may make none. The deadline the
+    /// answer gives counts from when the second was sent (`renewal`'s own
+    /// send time), as any renewal's does.
+    async fn once_more<T, F>(
+        &self,
+        first: Result<T>,
+        valid_until: Instant,
+        renewal: impl Fn() -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        match first {
+            Err(error) if error.is_retryable() && !self.ended() => {
+                tracing::debug!(
+                    backend = BACKEND,
+                    session = self.id,
+                    %error,
+                    "a renewal failed with its connection; sending it once more"
+                );
+                match tokio::time::timeout_at(valid_until, renewal()).await {
+                    Ok(answered) => answered,
+                    Err(_) => Err(error),
+                }
+            }
+            answered => answered,
         }
     }
 

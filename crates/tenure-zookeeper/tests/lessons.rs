@@ -481,6 +481,52 @@ async fn a_request_cut_off_by_a_silent_server_fails_retryably() {
     proxy.set(Mode::Pass);
 }
 
+/// A renewal whose connection the client gives up under it (the server
+/// silent for the client's connection timeout, a third of the session
+/// timeout, as a JVM starved of CPU can be) is sent once more through the
+/// client's next connection, within the lease's deadline: a server that
+/// answers again in time costs the holder no renewal. The first renewal
+/// of a session has no server proven by an answered renewal to leave
+/// early, so it used to fail with "no response from connection", and the
+/// suite's `renew_extends` failed on a loaded machine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_whose_connection_the_client_gave_up_is_sent_once_more_in_time() {
+    // Longer than the other lessons' so that the silence, the reconnect
+    // and the renewal's second send fit well within the lease.
+    let session = Duration::from_secs(3);
+    let cluster = zookeeper().await;
+    let proxy = FaultProxy::start(cluster.nodes()[0].addr()).await.unwrap();
+    let a = ZooKeeperBackend::connect(
+        &proxy.addr().to_string(),
+        common::options().with_session_timeout(session),
+    )
+    .await
+    .expect("connect");
+    let lease = common::hold(&a, &candidacy_with_ttl("given-up", "a", session)).await;
+    proxy.set(Mode::Blackhole);
+    let sent = Instant::now();
+    let renewal = tokio::spawn(async move { a.renew(&lease).await.map(|l| (l, a)) });
+    // The client gives the silent connection up a third of the session
+    // timeout after its last answer (the grant's, just now); it then
+    // reconnects, through the blackhole, which holds the new connection
+    // until it ends.
+    tokio::time::sleep(session / 3 + Duration::from_millis(400)).await;
+    proxy.set(Mode::Pass);
+    let renewed = renewal.await.unwrap();
+    let took = sent.elapsed();
+    match renewed {
+        Ok((lease, a)) => {
+            assert!(lease.is_valid(), "renewed, but not valid after {took:?}");
+            a.release(&lease).await.expect("release");
+        }
+        Err(e) => panic!(
+            "the renewal failed after {took:?} ({e}), though the server answered again {:?} \
+             after it was sent, well within the lease",
+            session / 3 + Duration::from_millis(400)
+        ),
+    }
+}
+
 /// Sets every proxy of a link to `mode`.
 fn cut(link: &ProxyLink, mode: Mode) {
     for proxy in link.proxies() {
