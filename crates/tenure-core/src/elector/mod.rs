@@ -469,29 +469,35 @@ impl Elector {
             let stop = {
                 let work = work(leadership);
                 tokio::pin!(work);
-                let stop = crate::simulation::select! {
-                    _ = &mut work => false,
+                // `None`: the work returned; `Some(stop)`: the term was
+                // lost, or the elector shut down (`stop`).
+                let ended = crate::simulation::select! {
+                    _ = &mut work => None,
                     reason = term.lost() => {
                         tracing::info!(key = %term.key(), identity = %term.identity(), %reason, "leadership ended; cancelling the leader's work");
-                        false
+                        Some(false)
                     }
-                    _ = shut_down(&mut shutdown) => true,
+                    _ = shut_down(&mut shutdown) => Some(true),
                 };
                 let planted = self.inner.settings.planted;
-                match planted.is(planted::ElectorBug::RunNotCancelled) {
+                match ended {
+                    None => false,
+                    Some(true) => true,
                     // The planted bug: the work goes on after the loss.
-                    true if !stop => crate::simulation::select! {
-                        _ = &mut work => false,
-                        _ = shut_down(&mut shutdown) => true,
-                    },
-                    _ => match planted.work_dropped_late() {
+                    Some(false) if planted.is(planted::ElectorBug::RunNotCancelled) => {
+                        crate::simulation::select! {
+                            _ = &mut work => false,
+                            _ = shut_down(&mut shutdown) => true,
+                        }
+                    }
+                    Some(false) => match planted.work_dropped_late() {
                         // The planted bug: the work goes on a while.
-                        Some(late) if !stop => crate::simulation::select! {
+                        Some(late) => crate::simulation::select! {
                             _ = &mut work => false,
                             _ = tokio::time::sleep(late) => false,
                             _ = shut_down(&mut shutdown) => true,
                         },
-                        _ => stop,
+                        None => false,
                     },
                 }
             };
