@@ -40,6 +40,9 @@ struct TermBook {
     seen_invalid: bool,
     /// Settled and not valid: nothing about it can change any more.
     done: bool,
+    /// Its record was deleted on the server while it led: not judged at
+    /// the grants that follow, nor for stepping down.
+    wiped: bool,
 }
 
 struct MemberBook {
@@ -64,6 +67,7 @@ struct Books {
     violation: Option<Violation>,
     keys: Vec<String>,
     last_token: Vec<Option<u64>>,
+    last_grant_at: Vec<Option<Instant>>,
     fence_highest: Vec<Option<u64>>,
     terms: Vec<TermBook>,
     members: Vec<MemberBook>,
@@ -110,6 +114,7 @@ impl Judge {
                 violation: None,
                 keys: plan.keys.clone(),
                 last_token: vec![None; plan.keys.len()],
+                last_grant_at: vec![None; plan.keys.len()],
                 fence_highest: vec![None; plan.keys.len()],
                 terms: Vec::new(),
                 members: (0..plan.joins.len())
@@ -195,7 +200,7 @@ impl Judge {
         let found = b
             .terms
             .iter_mut()
-            .filter(|t| t.key == k && !t.done && t.token != token)
+            .filter(|t| t.key == k && !t.done && !t.wiped && t.token != token)
             .find_map(|t| {
                 let released = releasing.contains(&(t.key, t.token));
                 judge_at_grant(t, now, paused[t.member], released).map(|d| (t.member, d))
@@ -210,6 +215,7 @@ impl Judge {
             );
         }
         b.last_token[k] = Some(token);
+        b.last_grant_at[k] = Some(now);
     }
 
     /// The application was given a term: the judge follows it from now.
@@ -239,6 +245,7 @@ impl Judge {
                 began: Instant::now(),
                 seen_invalid: false,
                 done: false,
+                wiped: false,
             });
             b.terms.len() - 1
         };
@@ -258,15 +265,15 @@ impl Judge {
         if b.closed {
             return;
         }
-        let (member, key, token, began) = {
+        let (member, key, token, began, wiped) = {
             let t = &b.terms[index];
-            (t.member, t.key, t.token, t.began)
+            (t.member, t.key, t.token, t.began, t.wiped)
         };
         let name = b.keys[key].clone();
         b.push(Event::Lost(member, name.clone(), token, reason.as_str()));
         let involuntary = !matches!(reason, LossReason::Resigned | LossReason::Shutdown);
         let calm = b.members[member].calm_since.is_some_and(|c| c <= began);
-        if involuntary && calm {
+        if involuntary && calm && !wiped {
             b.violate(
                 "step-down",
                 format!(
@@ -418,6 +425,43 @@ impl Judge {
             if !herd.failed.contains(&member) {
                 herd.failed.push(member);
             }
+        }
+    }
+
+    /// The key's record is about to be deleted on the server.
+    pub(crate) fn wiping(&self, key: usize) {
+        let mut b = self.books();
+        let name = b.keys[key].clone();
+        b.push(Event::Wiped(name));
+        for t in b.terms.iter_mut().filter(|t| t.key == key) {
+            t.wiped = true;
+        }
+    }
+
+    /// A holder resigned (`ok`: the backend confirmed the release) after
+    /// starting at `started`, with candidates `waiting` on the server then:
+    /// on a calm member's link a waiting candidate is granted within the
+    /// round trip of the release (the links are instant when clean).
+    pub(crate) fn resigned(
+        &self,
+        member: usize,
+        key: usize,
+        token: u64,
+        (ok, waiting, started): (bool, bool, Instant),
+    ) {
+        let mut b = self.books();
+        let name = b.keys[key].clone();
+        b.push(Event::Resigned(member, name.clone(), token, ok));
+        let calm = b.members[member].calm_since.is_some_and(|c| c <= started);
+        let granted = b.last_grant_at[key].is_some_and(|at| at >= started);
+        if ok && waiting && calm && !granted {
+            b.violate(
+                "hand-over",
+                format!(
+                    "{name}: m{member} resigned term {token} on a clean link with candidates \
+                     waiting, and nobody was granted the key by the time the release was answered"
+                ),
+            );
         }
     }
 

@@ -34,11 +34,18 @@
 //! instants ([`LinkState`]): delayed requests and answers (mostly short,
 //! sometimes most of a TTL), a partition both ways, answers lost after the
 //! server applied the request (an acquire, renewal or release that took
-//! without the client knowing), calls refused; and resets of a member's
-//! connections. Members pause (their tasks, renewers included, freeze while
-//! the monotonic clock runs on) and crash (their tasks are dropped without
-//! releasing anything) and restart with the same identity. The server
-//! restarts (every connection reset at once). The application acts at
+//! without the client knowing), calls refused; resets of a member's
+//! connections; and a partition that heals within 2 ms of the deadline of
+//! the member's first term to end (a renewal it held is answered just
+//! before, at or just after the deadline). Members pause (their tasks,
+//! renewers included, freeze while the monotonic clock runs on) and crash
+//! (their tasks are dropped without releasing anything) and restart with
+//! the same identity. The server restarts (every connection reset at once),
+//! answers slowly (every link delayed for a while), and has a key's record
+//! deleted by an operator (the holder is told; the next waiter is granted at
+//! once, so the wiped terms are not judged at that grant). The server's
+//! clock may run fast, within the drift margin (or, in one test, beyond
+//! it). The application acts at
 //! random instants ([`Action`]): campaign and hold the leadership, resign,
 //! drop a `Leadership`, `run` with work, `shutdown()`, `observe()`. Every
 //! leader's work checks `is_valid()` before each step and writes through
@@ -68,6 +75,9 @@
 //!   if something disturbed its member during the term;
 //! - `shutdown`: when `shutdown()` returns, every term of that elector has
 //!   settled (released, or given up after its release failed);
+//! - `hand-over`: a holder that resigns a valid term on a calm link while
+//!   candidates wait sees one of them granted by the time its release is
+//!   answered;
 //! - `herd`: candidates of a key that failed together at a server restart
 //!   (four or more) do not all retry at the same instant;
 //! - `liveness`: TTL + 2 ms (two round trips on the healed links, which

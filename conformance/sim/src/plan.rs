@@ -85,6 +85,23 @@ pub enum Happening {
     /// Every link's connections are reset at once, as when the server
     /// restarts: candidates that fail together must not retry together.
     ServerRestart,
+    /// The server answers slowly: every link is delayed by `delay` each way
+    /// for `for_`.
+    SlowServer {
+        /// Each way.
+        delay: Duration,
+        /// How long.
+        for_: Duration,
+    },
+    /// An operator deletes the key's record on the server: its holder is
+    /// told at once (its loss signal fires), the next waiter is granted,
+    /// tokens go on increasing. Safety cannot hold across it (the holder
+    /// learns of it after the grant), so the terms it ends are not judged
+    /// at that grant; tokens, the fence and liveness are.
+    Wipe {
+        /// The key.
+        key: usize,
+    },
     /// A member's tasks freeze (SIGSTOP, a long GC pause) while its
     /// monotonic clock runs on; they resume `for_` later (or at the heal).
     Pause {
@@ -127,6 +144,8 @@ impl Happening {
             Happening::CutUntilDeadline { .. } => FaultKind::Partition,
             Happening::ResetLink { .. } => FaultKind::Reset,
             Happening::ServerRestart => FaultKind::ServerRestart,
+            Happening::SlowServer { .. } => FaultKind::SlowServer,
+            Happening::Wipe { .. } => FaultKind::Wipe,
             Happening::Pause { .. } => FaultKind::Pause,
             Happening::Crash { .. } => FaultKind::Crash,
             Happening::App { .. } => return None,
@@ -207,6 +226,10 @@ pub enum FaultKind {
     Reset,
     /// Every link reset at once.
     ServerRestart,
+    /// Every link delayed at once.
+    SlowServer,
+    /// A key's record deleted on the server.
+    Wipe,
     /// A member paused.
     Pause,
     /// A member crashed and restarted.
@@ -215,13 +238,15 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the order the final line prints them.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Delay,
         FaultKind::Partition,
         FaultKind::AnswersDropped,
         FaultKind::Refused,
         FaultKind::Reset,
         FaultKind::ServerRestart,
+        FaultKind::SlowServer,
+        FaultKind::Wipe,
         FaultKind::Pause,
         FaultKind::Crash,
     ];
@@ -235,6 +260,8 @@ impl FaultKind {
             FaultKind::Refused => "refused",
             FaultKind::Reset => "reset",
             FaultKind::ServerRestart => "server-restart",
+            FaultKind::SlowServer => "slow-server",
+            FaultKind::Wipe => "wipe",
             FaultKind::Pause => "pause",
             FaultKind::Crash => "crash",
         }
@@ -357,6 +384,23 @@ impl Plan {
             events.push(Scheduled {
                 at: at(&mut rng),
                 what: Happening::ServerRestart,
+            });
+        }
+        if rng.random_bool(0.2) {
+            events.push(Scheduled {
+                at: at(&mut rng),
+                what: Happening::SlowServer {
+                    delay: delay(&mut rng, ttl_ms),
+                    for_: span(&mut rng),
+                },
+            });
+        }
+        if rng.random_bool(0.2) {
+            events.push(Scheduled {
+                at: at(&mut rng),
+                what: Happening::Wipe {
+                    key: rng.random_range(0..key_count),
+                },
             });
         }
         // The application: every elector starts at once, then acts at random.

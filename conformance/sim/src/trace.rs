@@ -16,6 +16,10 @@ pub enum Event {
     ResetLink(usize),
     /// Every link was reset at once.
     ServerRestart,
+    /// Every link was delayed at once.
+    SlowServer(Duration),
+    /// A key's record was deleted on the server.
+    Wiped(String),
     /// A member froze.
     Paused(usize),
     /// A member thawed.

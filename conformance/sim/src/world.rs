@@ -116,6 +116,8 @@ pub(crate) struct World {
     shared: Shared,
     /// Numbers every elector built.
     electors: u64,
+    /// Links to heal later, as the last happening asked.
+    heals: Vec<(Duration, Due)>,
 }
 
 /// The driver's own happenings, beside the plan's.
@@ -153,6 +155,7 @@ impl World {
             members: Vec::new(),
             shared,
             electors: 0,
+            heals: Vec::new(),
         };
         for index in 0..plan.joins.len() {
             let member = world.member(index);
@@ -238,6 +241,9 @@ impl World {
                     if let Some((later, what)) = self.apply(&happening) {
                         due.push(Reverse((at + later, what)));
                     }
+                    for (later, what) in self.heals.drain(..) {
+                        due.push(Reverse((at + later, what)));
+                    }
                 }
                 Due::Resume(m) => self.resume(m),
                 Due::HealLink(m, changes) => {
@@ -318,6 +324,25 @@ impl World {
                 for m in self.members.iter().filter(|m| !m.down) {
                     m.link.client.faults().reset_connections();
                 }
+            }
+            Happening::SlowServer { delay, for_ } => {
+                judge.push(Event::SlowServer(delay));
+                let slow = LinkState::Delayed {
+                    request: delay,
+                    response: delay,
+                };
+                for member in 0..self.members.len() {
+                    if !self.members[member].down {
+                        self.set_link(member, slow);
+                        let changes = self.members[member].link_changes;
+                        self.heals.push((for_, Due::HealLink(member, changes)));
+                    }
+                }
+            }
+            Happening::Wipe { key } => {
+                judge.wiping(key);
+                let key = ElectionKey::new(self.plan.keys[key].clone()).expect("valid");
+                self.server.wipe(&key);
             }
             Happening::Pause { member, for_ } => {
                 let m = &mut self.members[member];
@@ -542,6 +567,7 @@ impl World {
     /// Starts a campaign's holder or a `run` on a slot.
     fn start(&mut self, member: usize, index: usize, action: Action) {
         let shared = self.shared.clone();
+        let client = self.members[member].link.client.clone();
         let slot = &mut self.members[member].slots[index];
         let (elector, key, generation) = (slot.elector.clone(), slot.key, slot.generation);
         let busy = Flag::raise(&slot.busy);
@@ -564,9 +590,12 @@ impl World {
                             command = commands.recv() => {
                                 if let Some(Command::Resign) = command {
                                     let token = leadership.token().map_or(0, |t| t.get());
-                                    let name = leadership.key().to_string();
+                                    // Only a term still leading hands over.
+                                    let waiting = leadership.is_valid()
+                                        && client.queue_len(leadership.key()) > 0;
+                                    let started = Instant::now();
                                     let ok = leadership.resign().await.is_ok();
-                                    judge.push(Event::Resigned(member, name, token, ok));
+                                    judge.resigned(member, key, token, (ok, waiting, started));
                                 }
                                 return;
                             }
