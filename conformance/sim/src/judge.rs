@@ -68,6 +68,8 @@ struct Books {
     keys: Vec<String>,
     last_token: Vec<Option<u64>>,
     last_grant_at: Vec<Option<Instant>>,
+    /// Every grant of each key: token and instant.
+    grants: Vec<Vec<(u64, Instant)>>,
     fence_highest: Vec<Option<u64>>,
     terms: Vec<TermBook>,
     members: Vec<MemberBook>,
@@ -115,6 +117,7 @@ impl Judge {
                 keys: plan.keys.clone(),
                 last_token: vec![None; plan.keys.len()],
                 last_grant_at: vec![None; plan.keys.len()],
+                grants: vec![Vec::new(); plan.keys.len()],
                 fence_highest: vec![None; plan.keys.len()],
                 terms: Vec::new(),
                 members: (0..plan.joins.len())
@@ -216,6 +219,7 @@ impl Judge {
         }
         b.last_token[k] = Some(token);
         b.last_grant_at[k] = Some(now);
+        b.grants[k].push((token, now));
     }
 
     /// The application was given a term: the judge follows it from now.
@@ -460,6 +464,38 @@ impl Judge {
                 format!(
                     "{name}: m{member} resigned term {token} on a clean link with candidates \
                      waiting, and nobody was granted the key by the time the release was answered"
+                ),
+            );
+        }
+    }
+
+    /// A member's `observe()` reported a leader (its member and token) or a
+    /// vacancy (check 5): a leader the server replaced is not reported
+    /// after, if the observer's link was clean (a round trip of no time)
+    /// from that leader's grant on.
+    pub(crate) fn observed(&self, member: usize, key: usize, leader: Option<(usize, u64)>) {
+        let mut b = self.books();
+        let name = b.keys[key].clone();
+        b.push(Event::Observed(member, name.clone(), leader));
+        let Some((_, token)) = leader else {
+            return;
+        };
+        let now = Instant::now();
+        let calm_since = b.members[member].calm_since;
+        let grants = &b.grants[key];
+        let granted_at = grants.iter().find(|(t, _)| *t == token).map(|(_, at)| *at);
+        let judged = matches!((calm_since, granted_at), (Some(c), Some(g)) if c <= g);
+        let replaced = grants
+            .iter()
+            .find(|(t, at)| judged && *t > token && *at < now)
+            .copied();
+        if let Some((newer, at)) = replaced {
+            b.violate(
+                "observe",
+                format!(
+                    "{name}: m{member}'s observe() reported token {token} {:?} after the server \
+                     granted token {newer}, its link clean all along",
+                    now - at
                 ),
             );
         }

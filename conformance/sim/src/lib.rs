@@ -75,6 +75,9 @@
 //!   if something disturbed its member during the term;
 //! - `shutdown`: when `shutdown()` returns, every term of that elector has
 //!   settled (released, or given up after its release failed);
+//! - `observe`: `observe()` never reports a leader after the server
+//!   granted the key to another, if the observer's link was clean (a round
+//!   trip of no time) from the reported leader's grant on;
 //! - `hand-over`: a holder that resigns a valid term on a calm link while
 //!   candidates wait sees one of them granted by the time its release is
 //!   answered;

@@ -535,7 +535,7 @@ impl World {
             }
             Action::Observe { for_ } => {
                 let elector = self.members[member].slots[index].elector.clone();
-                let (judge, name) = (self.shared.judge.clone(), self.plan.keys[key].clone());
+                let judge = self.shared.judge.clone();
                 self.spawn(member, async move {
                     let mut events = elector.observe();
                     let end = sleep(for_);
@@ -553,7 +553,7 @@ impl World {
                                         )),
                                         LeaderEvent::Vacant => None,
                                     };
-                                    judge.push(Event::Observed(member, name.clone(), leader));
+                                    judge.observed(member, key, leader);
                                 }
                                 None => return,
                             },

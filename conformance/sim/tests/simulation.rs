@@ -151,8 +151,9 @@ fn the_same_seed_gives_the_same_trace() {
 }
 
 /// Runs seeds from 0 until one breaks a promise that the same seed keeps
-/// without the change `options` make; how many seeds it took.
-fn seeds_to_first_catch(name: &str, options: &Options, limit: u64) -> u64 {
+/// without the change `options` make; how many seeds it took. The check
+/// that catches it must be one of `checks`.
+fn seeds_to_first_catch(name: &str, options: &Options, limit: u64, checks: &[&str]) -> u64 {
     let started = Instant::now();
     for seed in 0..limit {
         let outcome = simulate(seed, options);
@@ -168,18 +169,23 @@ fn seeds_to_first_catch(name: &str, options: &Options, limit: u64) -> u64 {
                 v.detail
             );
             println!("{}", outcome.report());
+            assert!(
+                checks.contains(&v.check),
+                "{name} was caught by check `{}`, not by {checks:?}",
+                v.check
+            );
             return seed + 1;
         }
     }
     panic!("{name}: not caught in {limit} seeds");
 }
 
-fn caught(name: &str, plant: Planting) -> u64 {
+fn caught(name: &str, plant: Planting, checks: &[&str]) -> u64 {
     let options = Options {
         plant: Some(plant),
         ..Options::default()
     };
-    seeds_to_first_catch(name, &options, 1_000)
+    seeds_to_first_catch(name, &options, 1_000, checks)
 }
 
 #[test]
@@ -188,59 +194,91 @@ fn a_server_clock_beyond_the_margin_breaks_the_promise() {
         clock: ServerClock::BeyondMargin,
         plant: None,
     };
-    seeds_to_first_catch("server clock 1 ms beyond the margin", &options, 1_000);
+    seeds_to_first_catch(
+        "server clock 1 ms beyond the margin",
+        &options,
+        1_000,
+        &["overlap", "deadline"],
+    );
 }
 
 const MS: Duration = Duration::from_millis(1);
 
 #[test]
 fn mutant_release_before_end() {
-    caught("ReleaseBeforeEnd", |_, _| ElectorBug::ReleaseBeforeEnd);
+    caught(
+        "ReleaseBeforeEnd",
+        |_, _| ElectorBug::ReleaseBeforeEnd,
+        &["overlap"],
+    );
 }
 
 #[test]
 fn mutant_lost_late_by_a_millisecond() {
-    caught("LostLate(1 ms)", |_, _| ElectorBug::LostLate(MS));
+    caught("LostLate(1 ms)", |_, _| ElectorBug::LostLate(MS), &["lost"]);
 }
 
 #[test]
 fn mutant_run_not_cancelled() {
-    caught("RunNotCancelled", |_, _| ElectorBug::RunNotCancelled);
+    caught(
+        "RunNotCancelled",
+        |_, _| ElectorBug::RunNotCancelled,
+        &["work", "liveness"],
+    );
 }
 
 #[test]
 fn mutant_shutdown_early() {
-    caught("ShutdownEarly", |_, _| ElectorBug::ShutdownEarly);
+    caught(
+        "ShutdownEarly",
+        |_, _| ElectorBug::ShutdownEarly,
+        &["shutdown"],
+    );
 }
 
 #[test]
 fn mutant_renew_from_answer() {
-    caught("RenewFromAnswer", |_, _| ElectorBug::RenewFromAnswer);
+    caught(
+        "RenewFromAnswer",
+        |_, _| ElectorBug::RenewFromAnswer,
+        &["overlap", "deadline"],
+    );
 }
 
 #[test]
 fn mutant_deadline_late_by_a_millisecond() {
-    caught("DeadlineLate(1 ms)", |_, _| ElectorBug::DeadlineLate(MS));
+    caught(
+        "DeadlineLate(1 ms)",
+        |_, _| ElectorBug::DeadlineLate(MS),
+        &["deadline", "overlap"],
+    );
 }
 
 #[test]
 fn mutant_work_dropped_a_millisecond_after_the_next_grant() {
-    // The next grant comes 1 ms after the deadline at the margin's edge.
-    caught("WorkDroppedLate(2 ms)", |_, _| {
-        ElectorBug::WorkDroppedLate(2 * MS)
-    });
+    // Dropped 1 ms after the deadline: 1 ms after a grant that the term's
+    // own release at the deadline brings about.
+    caught(
+        "WorkDroppedLate(1 ms)",
+        |_, _| ElectorBug::WorkDroppedLate(MS),
+        &["work"],
+    );
 }
 
 #[test]
 fn mutant_renewal_accepted_past_the_deadline() {
-    caught("RenewalAcceptedLate(1 ms)", |_, _| {
-        ElectorBug::RenewalAcceptedLate(MS)
-    });
+    caught(
+        "RenewalAcceptedLate(1 ms)",
+        |_, _| ElectorBug::RenewalAcceptedLate(MS),
+        &["ended-once"],
+    );
 }
 
 #[test]
 fn mutant_backoff_without_jitter() {
-    caught("BackoffWithoutJitter", |_, _| {
-        ElectorBug::BackoffWithoutJitter
-    });
+    caught(
+        "BackoffWithoutJitter",
+        |_, _| ElectorBug::BackoffWithoutJitter,
+        &["herd"],
+    );
 }
