@@ -276,7 +276,7 @@ impl Judge {
         let name = b.keys[key].clone();
         b.push(Event::Lost(member, name.clone(), token, reason.as_str()));
         let involuntary = !matches!(reason, LossReason::Resigned | LossReason::Shutdown);
-        let calm = b.members[member].calm_since.is_some_and(|c| c <= began);
+        let calm = b.members[member].calm_since.is_some_and(|c| c < began);
         if involuntary && calm && !wiped {
             b.violate(
                 "step-down",
@@ -456,7 +456,7 @@ impl Judge {
         let mut b = self.books();
         let name = b.keys[key].clone();
         b.push(Event::Resigned(member, name.clone(), token, ok));
-        let calm = b.members[member].calm_since.is_some_and(|c| c <= started);
+        let calm = b.members[member].calm_since.is_some_and(|c| c < started);
         let granted = b.last_grant_at[key].is_some_and(|at| at >= started);
         if ok && waiting && calm && !granted {
             b.violate(
@@ -484,7 +484,7 @@ impl Judge {
         let calm_since = b.members[member].calm_since;
         let grants = &b.grants[key];
         let granted_at = grants.iter().find(|(t, _)| *t == token).map(|(_, at)| *at);
-        let judged = matches!((calm_since, granted_at), (Some(c), Some(g)) if c <= g);
+        let judged = matches!((calm_since, granted_at), (Some(c), Some(g)) if c < g);
         let replaced = grants
             .iter()
             .find(|(t, at)| judged && *t > token && *at < now)

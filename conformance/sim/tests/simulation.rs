@@ -115,9 +115,13 @@ fn every_schedule_keeps_every_promise() {
             .filter(|e| e.what.fault().is_some())
             .map(|e| format!("  {:.3}s {:?}", e.at.as_secs_f64(), e.what))
             .collect();
+        let again = tenure_sim::run(&shrunk, &options);
+        let detail = again.violation.map_or_else(String::new, |v| {
+            format!("{:.3}s: {}", v.at.as_secs_f64(), v.detail)
+        });
         panic!(
             "{} of {count} schedules broke a promise (seeds {:?}); the first:\n{}\n\
-             the faults it needs ({} of {}):\n{}",
+             seed {} without its faults but these {} of {} breaks `{check}` too ({detail}):\n{}",
             violations.len(),
             violations
                 .iter()
@@ -125,6 +129,7 @@ fn every_schedule_keeps_every_promise() {
                 .take(20)
                 .collect::<Vec<_>>(),
             first.report(),
+            first.seed,
             needed.len(),
             plan.faults(),
             needed.join("\n")
