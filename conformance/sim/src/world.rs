@@ -267,7 +267,11 @@ impl World {
                         .collect();
                     self.shared.judge.leaders(&holders, bound);
                 }
-                Due::End => return,
+                Due::End => {
+                    // What the teardown does (dropping every task) is not judged.
+                    self.shared.judge.close();
+                    return;
+                }
             }
             if self.shared.judge.violation().is_some() {
                 return;
