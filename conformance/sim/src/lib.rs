@@ -14,10 +14,10 @@
 //! A seed draws a [`Plan`]: 2 to 9 members (processes), 1 to 3 election
 //! keys, each member with an elector on one or several of them (identity
 //! `m<member>`, the same on every key), one TTL for all (0.5 to 3 s, drift
-//! margin TTL/50), a memory server whose clock runs at the clients' rate,
-//! anywhere within the margin, or at its edge ([`ServerClock`]), and that
-//! declares batched renewals in some worlds (its electors then renew on
-//! the shared grid). Everything runs on one current-thread tokio runtime
+//! margin TTL/50), a memory server that declares batched renewals in some
+//! worlds (its electors then renew on the shared grid), and for each
+//! member a clock rate of the server's against the member's: the same,
+//! anywhere within the margin, or at its edge ([`ServerClock`]). Everything runs on one current-thread tokio runtime
 //! whose clock is paused: time jumps to the next timer when every task
 //! waits, so a schedule of tens of simulated seconds takes about a
 //! millisecond, and every instant is exact. Electors renew on that runtime
@@ -43,9 +43,7 @@
 //! the same identity. The server restarts (every connection reset at once),
 //! answers slowly (every link delayed for a while), and has a key's record
 //! deleted by an operator (the holder is told; the next waiter is granted at
-//! once, so the wiped terms are not judged at that grant). The server's
-//! clock may run fast, within the drift margin (or, in one test, beyond
-//! it). The application acts at
+//! once, so the wiped terms are not judged at that grant). The application acts at
 //! random instants ([`Action`]): campaign and hold the leadership, resign,
 //! drop a `Leadership`, `run` with work, `shutdown()`, `observe()`. Every
 //! leader's work checks `is_valid()` before each step and writes through

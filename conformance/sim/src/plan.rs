@@ -6,17 +6,19 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// How fast the server's clock runs in a schedule.
+/// How fast the server's clock runs against each member's in a schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServerClock {
-    /// Drawn from the seed, always within the drift margin: the clients'
-    /// rate, a rate anywhere inside the margin, or at its edge (the server
-    /// expires a lease one millisecond after the holder's deadline).
+    /// Drawn from the seed for each member, always within the drift margin:
+    /// the member's rate, a rate anywhere inside the margin, or at its edge
+    /// (the server expires the member's lease one millisecond after its
+    /// deadline).
     WithinMargin,
-    /// So fast that the server expires a lease one millisecond *before*
-    /// the holder's deadline: beyond the margin, where the promise is not
-    /// made and the simulation must report an overlap (it shows that the
-    /// margin is what keeps the promise).
+    /// Against one member, drawn from the seed, so fast that the server
+    /// expires its lease one millisecond *before* its deadline: beyond the
+    /// margin, where the promise is not made and the simulation must
+    /// report an overlap (it shows that the margin is what keeps the
+    /// promise). The others' as in `WithinMargin`.
     BeyondMargin,
 }
 
@@ -35,8 +37,9 @@ pub struct Plan {
     pub margin: Duration,
     /// The server declares batched renewals: electors renew on the shared grid.
     pub batched: bool,
-    /// The server's clock rate against the clients' (1.0 or faster).
-    pub server_rate: f64,
+    /// For each member, the server's clock rate against the member's (1.0
+    /// or faster: a fast server ends leases early in the member's time).
+    pub clock_rates: Vec<f64>,
     /// When every fault has healed: links clean, members resumed and restarted.
     pub heal_at: Duration,
     /// When the schedule ends.
@@ -302,17 +305,24 @@ impl Plan {
         let ttl_ms = [500u64, 1000, 2000, 3000][rng.random_range(0..4)];
         let (ttl, margin) = (ms(ttl_ms), ms(ttl_ms / 50));
         let batched = rng.random_bool(0.3);
-        // The server keeps a lease `kept` of the clients' time for a TTL.
-        let kept_ms = match clock {
-            ServerClock::WithinMargin => match rng.random_range(0..10) {
-                0..=3 => ttl_ms,
-                4..=6 => ttl_ms - rng.random_range(0..(ttl_ms / 50)),
-                // The edge: one millisecond past the holder's deadline.
-                _ => ttl_ms - ttl_ms / 50 + 1,
-            },
-            ServerClock::BeyondMargin => ttl_ms - ttl_ms / 50 - 1,
+        // The server keeps a member's lease `kept` of its time for a TTL.
+        let kept = |rng: &mut StdRng| match rng.random_range(0..10) {
+            0..=3 => ttl_ms,
+            4..=6 => ttl_ms - rng.random_range(0..(ttl_ms / 50)),
+            // The edge: one millisecond past the holder's deadline.
+            _ => ttl_ms - ttl_ms / 50 + 1,
         };
-        let server_rate = ttl_ms as f64 / kept_ms as f64;
+        let mut kept_ms: Vec<u64> = (0..members).map(|_| kept(&mut rng)).collect();
+        // Drawn either way: a seed's world is the same in both but for
+        // this member's clock.
+        let beyond = rng.random_range(0..members);
+        if clock == ServerClock::BeyondMargin {
+            kept_ms[beyond] = ttl_ms - ttl_ms / 50 - 1;
+        }
+        let clock_rates = kept_ms
+            .iter()
+            .map(|&kept| ttl_ms as f64 / kept as f64)
+            .collect();
         let heal_ms = ttl_ms * rng.random_range(4..=10);
         let end_ms = heal_ms + 3 * ttl_ms;
         let mut events = Vec::new();
@@ -453,7 +463,7 @@ impl Plan {
             ttl,
             margin,
             batched,
-            server_rate,
+            clock_rates,
             heal_at: ms(heal_ms),
             end_at: ms(end_ms),
             events,

@@ -139,7 +139,6 @@ impl World {
         let mut capabilities = MemoryBackend::default_capabilities();
         capabilities.renewals_batched = plan.batched;
         let server = MemoryBackend::with_capabilities(capabilities);
-        server.set_server_clock_rate(plan.server_rate);
         let hook = judge.clone();
         server.on_grant(move |key, identity, token| hook.granted(key, identity, token));
         let shared = Shared {
@@ -166,9 +165,11 @@ impl World {
 
     /// A member as it starts: a new client, a new gate, an elector per key.
     fn member(&mut self, index: usize) -> Member {
+        let client = self.server.client();
+        client.set_client_clock_rate(self.plan.clock_rates[index]);
         let link = Arc::new(Link {
             member: index,
-            client: self.server.client(),
+            client,
             judge: self.shared.judge.clone(),
         });
         let slots = self.plan.joins[index]

@@ -178,6 +178,21 @@ impl MemoryBackend {
         self.server.on_grant(Arc::new(hook));
     }
 
+    /// From now on the server's clock runs `rate` times as fast as this
+    /// client's clock, for this client's leases: each member of a
+    /// simulation has a clock of its own (test-only, feature
+    /// `__simulation`, not part of the API; see
+    /// [`set_server_clock_rate`](Self::set_server_clock_rate)).
+    ///
+    /// # Panics
+    ///
+    /// If `rate` is not a positive finite number.
+    #[cfg(feature = "__simulation")]
+    #[doc(hidden)]
+    pub fn set_client_clock_rate(&self, rate: f64) {
+        self.server.set_session_clock_rate(self.session, rate);
+    }
+
     /// Who holds `key` on the server now.
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         self.server.holder(key)

@@ -121,6 +121,9 @@ struct State {
     next_session: u64,
     stats: MemoryStats,
     clock: ClockRate,
+    /// Sessions whose clients' clocks run at a rate of their own against
+    /// the server's (a simulation's members; none by default).
+    session_clocks: HashMap<u64, ClockRate>,
     /// Told of every grant at its instant (a simulation's judge; none by default).
     on_grant: Option<GrantHook>,
 }
@@ -158,6 +161,14 @@ struct Limit {
 }
 
 impl State {
+    /// The server's clock rate against `session`'s client.
+    fn clock_of(&self, session: u64) -> ClockRate {
+        self.session_clocks
+            .get(&session)
+            .copied()
+            .unwrap_or(self.clock)
+    }
+
     fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -187,6 +198,7 @@ impl State {
         let token = FencingToken::new(self.next_token);
         self.stats.grants += 1;
         let (ttl, short) = self.kept(session, candidacy.ttl());
+        let clock = self.clock_of(session);
         let ks = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         let loss = LossSignal::new();
         if short {
@@ -200,7 +212,7 @@ impl State {
             identity: candidacy.identity().clone(),
             token,
             ttl,
-            expires_at: now + self.clock.real(ttl),
+            expires_at: now + clock.real(ttl),
             loss: loss.clone(),
         });
         if let Some(hook) = &self.on_grant {
@@ -378,7 +390,7 @@ impl Server {
             .and_then(|ks| ks.holder.as_ref())
             .map(|h| h.session);
         let (kept, short) = session.map_or((ttl, false), |s| st.kept(s, ttl));
-        let clock = st.clock;
+        let clock = session.map_or(st.clock, |s| st.clock_of(s));
         let holder = st.keys.get_mut(key).and_then(|ks| ks.holder.as_mut());
         match holder {
             // The client knows its session is kept for less than the
@@ -454,7 +466,7 @@ impl Server {
         };
         st.limits.insert(session, limit);
         let now = Instant::now();
-        let clock = st.clock;
+        let clock = st.clock_of(session);
         let mut touched = Vec::new();
         for (key, ks) in st.keys.iter_mut() {
             if let Some(h) = ks.holder.as_mut() {
@@ -479,8 +491,9 @@ impl Server {
         let mut st = self.lock();
         let now = Instant::now();
         let keys: Vec<ElectionKey> = st.keys.keys().cloned().collect();
-        let clock = st.clock;
         for key in keys {
+            let session = st.keys[&key].holder.as_ref().map(|h| h.session);
+            let clock = session.map_or(st.clock, |s| st.clock_of(s));
             if let Some(h) = st.keys.get_mut(&key).and_then(|ks| ks.holder.as_mut()) {
                 h.expires_at = h.expires_at.max(now + clock.real(h.ttl));
             }
@@ -517,6 +530,17 @@ impl Server {
 
     pub fn stats(&self) -> MemoryStats {
         self.lock().stats
+    }
+
+    /// From now on the server's clock runs `rate` times as fast as the
+    /// clock of `session`'s client, for that client's leases.
+    #[cfg_attr(not(feature = "__simulation"), allow(dead_code))]
+    pub fn set_session_clock_rate(&self, session: u64, rate: f64) {
+        assert!(
+            rate.is_finite() && rate > 0.0,
+            "a clock rate is a positive factor, not {rate}"
+        );
+        self.lock().session_clocks.insert(session, ClockRate(rate));
     }
 
     /// Calls `hook` with every grant from now on, under the server's lock.
