@@ -101,8 +101,6 @@ mod plan;
 mod trace;
 mod world;
 
-use std::time::Duration;
-
 pub use judge::Violation;
 pub use plan::{Action, FaultKind, Happening, LinkState, Plan, Scheduled, ServerClock};
 pub use trace::Event;
@@ -240,9 +238,4 @@ pub fn shrink(plan: &Plan, options: &Options, check: &str, tries: usize) -> Plan
         }
     }
     plan
-}
-
-/// The simulated duration of a plan.
-pub fn simulated(plan: &Plan) -> Duration {
-    plan.end_at
 }

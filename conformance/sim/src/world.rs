@@ -36,8 +36,8 @@ enum Command {
 struct Slot {
     key: usize,
     elector: Elector,
-    /// Numbers the member's electors for this key: a new one after a
-    /// shutdown or a restart.
+    /// The elector's number (each elector of the schedule has its own; a
+    /// shutdown or a restart brings a new one).
     generation: u64,
     /// `shutdown()` was called: the next action builds a new elector.
     stopped: bool,
