@@ -239,6 +239,23 @@ impl Judge {
                 .position(|n| n == term.key().as_str())
                 .expect("a key of the plan");
             b.push(Event::Leading(member, term.key().to_string(), token));
+            // The application sees tokens increase too: an older grant
+            // delivered late is past its deadline, and never becomes a term.
+            let before = b
+                .terms
+                .iter()
+                .filter(|t| t.key == key)
+                .map(|t| t.token)
+                .max();
+            if let Some(before) = before.filter(|b| token <= *b) {
+                b.violate(
+                    "tokens",
+                    format!(
+                        "{}: m{member} was given a term with token {token} after one with {before}",
+                        term.key()
+                    ),
+                );
+            }
             b.terms.push(TermBook {
                 member,
                 key,

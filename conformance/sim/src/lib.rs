@@ -65,7 +65,8 @@
 //!   work for it has been dropped (the last two not for a member paused
 //!   now: its tasks cannot run, and its work checks `is_valid()` when it
 //!   resumes);
-//! - `tokens`: tokens strictly increase per key;
+//! - `tokens`: tokens strictly increase per key, as the server grants
+//!   them and as the application is given its terms;
 //! - `fence`: the fence never accepts a token below one it accepted;
 //! - `ended-once`: after every poll of a member's task, none of its terms
 //!   that was seen not valid is valid again;
