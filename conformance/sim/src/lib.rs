@@ -86,6 +86,25 @@
 //!   take no time, at tokio's 1 ms resolution) after the heal, every key
 //!   has a holder on the server whose term is valid.
 //!
+//! # What it does not model (yet)
+//!
+//! - A suspended host (the monotonic clock stops too): not drawn; the
+//!   promise does not hold there, and such schedules would have to be
+//!   counted apart from the passes.
+//! - A member's clock rate is the server's rate against that member's
+//!   leases (one tokio clock runs every member); members' clocks do not
+//!   differ from each other otherwise.
+//! - A paused member's requests already on the wire wait with it (they are
+//!   driven by its tasks), where a real network would deliver them.
+//! - The server losing all its state without telling the holders
+//!   (`MemoryBackend::wipe_all`), and the memory backend's planted bugs of
+//!   the conformance suite (they live in its test target, not a library).
+//! - Time moves in tokio's 1 ms timer ticks: a bug smaller than a
+//!   millisecond, or one that needs two events a fraction of a millisecond
+//!   apart, is out of reach.
+//! - `observe()` reporting a vacancy the server does not have is not judged
+//!   (the server's releases and expiries are not hooked, only its grants).
+//!
 //! # Replaying
 //!
 //! [`simulate`] runs one seed; a failing [`Outcome`]'s
