@@ -7,6 +7,7 @@
 #   conformance/peers/build.sh          build if missing; prints the directory holding
 #                                       client-go-candidate, etcd-recipe-candidate, kubectl
 #   FORCE=1 conformance/peers/build.sh  rebuild the binaries (the trixie tree stays cached)
+#   CHECK=1 conformance/peers/build.sh  print the directory if built, else exit 3 building nothing
 #
 # Two cached stages under $TENURE_IMAGE_CACHE (default /var/cache/tenure-conformance):
 #   peers-rootfs-<hash of suite and packages>/  a debootstrapped trixie tree with only
@@ -44,6 +45,9 @@ built() { [[ -z "${FORCE:-}" && -e "$out/.done" ]]; }
 if built; then
   echo "$out"
   exit 0
+fi
+if [[ -n "${CHECK:-}" ]]; then
+  exit 3
 fi
 
 mkdir -p "$cache/debs-$suite"
@@ -155,5 +159,9 @@ in_tree dpkg-query -W $packages golang-1.24-go >"$out.tmp/VERSIONS"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 touch "$out/.done"
+# Binaries of older sources go (150 MB each); the tree and Go's cache stay.
+for old in "$cache"/peers-????????????; do
+  if [[ "$old" != "$out" && -e "$old/.done" ]]; then rm -rf "$old"; fi
+done
 log "peers ready in $out ($((SECONDS - started)) s)"
 echo "$out"

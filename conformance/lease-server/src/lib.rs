@@ -10,7 +10,9 @@
 //! resourceVersion, 200 and one ERROR event, Status 410 Expired), kube-style
 //! `Status` bodies and 422 validation; PATCH (JSON merge, JSON, strategic
 //! merge) and server-side apply, with `metadata.managedFields` kept on
-//! every write as kube-apiserver's field manager keeps them.
+//! every write as kube-apiserver's field manager keeps them; bodies and
+//! answers in JSON, YAML or protobuf (`application/vnd.kubernetes.protobuf`,
+//! what client-go's typed clients send by default) as negotiated.
 //! Several instances may front one etcd, like several apiservers.
 //!
 //! Each instance runs on a thread and runtime of its own, so [`LeaseServer::kill`]
@@ -20,6 +22,10 @@
 // etcd as its storage: the Kubernetes backend's tests trust what it answers.
 //   lib.rs         LeaseServer: start, kill, restart, expire watches
 //   api.rs         the HTTP routes: get, list or watch, create, update, delete
+//   media.rs       content negotiation: bodies in JSON, YAML or protobuf, answers
+//                  in the first type Accept asks for that is served
+//   protobuf.rs    Lease, LeaseList, Status, DeleteOptions in Kubernetes'
+//                  protobuf encoding (the `k8s\0` envelope), to and from JSON
 //   patch.rs       PATCH: merge, JSON, strategic merge patch, server-side apply
 //   patches.rs     the patch documents applied to a Lease's JSON
 //   selector.rs    labelSelector: parsed and matched as apimachinery's labels
@@ -38,8 +44,10 @@ mod api;
 mod faults;
 mod kubeconfig;
 mod managed;
+mod media;
 mod patch;
 mod patches;
+mod protobuf;
 mod selector;
 mod status;
 mod store;
