@@ -43,7 +43,11 @@
 //! the same identity. The server restarts (every connection reset at once),
 //! answers slowly (every link delayed for a while), and has a key's record
 //! deleted by an operator (the holder is told; the next waiter is granted at
-//! once, so the wiped terms are not judged at that grant). The application acts at
+//! once, so the wiped terms are not judged at that grant). With
+//! [`Options::suspends`], members' hosts are suspended too (tasks frozen,
+//! clock stopped while the server's runs on): tenure does not promise
+//! safety across that, so those schedules are run apart and never count as
+//! passes. The application acts at
 //! random instants ([`Action`]): campaign and hold the leadership, resign,
 //! drop a `Leadership`, `run` with work, `shutdown()`, `observe()`. Every
 //! leader's work checks `is_valid()` before each step and writes through
@@ -88,9 +92,6 @@
 //!
 //! # What it does not model (yet)
 //!
-//! - A suspended host (the monotonic clock stops too): not drawn; the
-//!   promise does not hold there, and such schedules would have to be
-//!   counted apart from the passes.
 //! - A member's clock rate is the server's rate against that member's
 //!   leases (one tokio clock runs every member); members' clocks do not
 //!   differ from each other otherwise.
@@ -138,6 +139,9 @@ pub struct Options {
     pub clock: ServerClock,
     /// A bug planted in every elector (to prove the checks catch it).
     pub plant: Option<Planting>,
+    /// Suspend members' hosts too (their clocks stop): not a promise of
+    /// tenure's, so never part of a run that must pass.
+    pub suspends: bool,
 }
 
 impl Default for Options {
@@ -145,6 +149,7 @@ impl Default for Options {
         Options {
             clock: ServerClock::WithinMargin,
             plant: None,
+            suspends: false,
         }
     }
 }
@@ -190,7 +195,7 @@ impl Outcome {
 
 /// Draws and runs the schedule of `seed`.
 pub fn simulate(seed: u64, options: &Options) -> Outcome {
-    run(&Plan::draw(seed, options.clock), options)
+    run(&Plan::draw(seed, options.clock, options.suspends), options)
 }
 
 /// Runs `plan` on a runtime of its own, on this thread.

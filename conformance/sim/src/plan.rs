@@ -113,6 +113,16 @@ pub enum Happening {
         /// How long.
         for_: Duration,
     },
+    /// A member's host is suspended for `for_`: its tasks freeze and its
+    /// monotonic clock stops, while the server's runs on. Not a promise
+    /// tenure makes (the README says so): drawn only when asked for, and
+    /// counted apart.
+    Suspend {
+        /// The member.
+        member: usize,
+        /// How long.
+        for_: Duration,
+    },
     /// A member's process dies without a word (nothing is released) and
     /// starts again `down_for` later (or at the heal) with the same identity.
     Crash {
@@ -150,6 +160,7 @@ impl Happening {
             Happening::SlowServer { .. } => FaultKind::SlowServer,
             Happening::Wipe { .. } => FaultKind::Wipe,
             Happening::Pause { .. } => FaultKind::Pause,
+            Happening::Suspend { .. } => FaultKind::Suspend,
             Happening::Crash { .. } => FaultKind::Crash,
             Happening::App { .. } => return None,
         })
@@ -235,13 +246,15 @@ pub enum FaultKind {
     Wipe,
     /// A member paused.
     Pause,
+    /// A member's host suspended (its clock stopped too).
+    Suspend,
     /// A member crashed and restarted.
     Crash,
 }
 
 impl FaultKind {
     /// Every kind, in the order the final line prints them.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Delay,
         FaultKind::Partition,
         FaultKind::AnswersDropped,
@@ -251,6 +264,7 @@ impl FaultKind {
         FaultKind::SlowServer,
         FaultKind::Wipe,
         FaultKind::Pause,
+        FaultKind::Suspend,
         FaultKind::Crash,
     ];
 
@@ -266,6 +280,7 @@ impl FaultKind {
             FaultKind::SlowServer => "slow-server",
             FaultKind::Wipe => "wipe",
             FaultKind::Pause => "pause",
+            FaultKind::Suspend => "suspend",
             FaultKind::Crash => "crash",
         }
     }
@@ -276,8 +291,10 @@ fn ms(n: u64) -> Duration {
 }
 
 impl Plan {
-    /// Draws the world and schedule of `seed`.
-    pub fn draw(seed: u64, clock: ServerClock) -> Plan {
+    /// Draws the world and schedule of `seed`; with `suspends`, each member
+    /// may also be suspended once (drawn apart: the rest of the schedule is
+    /// the seed's without them).
+    pub fn draw(seed: u64, clock: ServerClock, suspends: bool) -> Plan {
         let mut rng = StdRng::seed_from_u64(seed);
         let members = rng.random_range(2..=9usize);
         let key_count = rng.random_range(1..=3usize);
@@ -448,6 +465,20 @@ impl Plan {
                             member,
                             key,
                             action,
+                        },
+                    });
+                }
+            }
+        }
+        if suspends {
+            let mut apart = StdRng::seed_from_u64(seed ^ 0x5005_9e4d);
+            for member in 0..members {
+                if apart.random_bool(0.5) {
+                    events.push(Scheduled {
+                        at: ms(apart.random_range(0..heal_ms)),
+                        what: Happening::Suspend {
+                            member,
+                            for_: ms(apart.random_range(1..=ttl_ms * 3 / 2)),
                         },
                     });
                 }

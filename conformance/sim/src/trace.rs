@@ -22,6 +22,8 @@ pub enum Event {
     Wiped(String),
     /// A member froze.
     Paused(usize),
+    /// A member's host was suspended (its clock stopped).
+    Suspended(usize),
     /// A member thawed.
     Resumed(usize),
     /// A member died.

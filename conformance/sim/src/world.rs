@@ -359,6 +359,19 @@ impl World {
                     return Some((for_, Due::Resume(member)));
                 }
             }
+            Happening::Suspend { member, for_ } => {
+                let m = &mut self.members[member];
+                if !m.down && !m.paused {
+                    judge.push(Event::Suspended(member));
+                    m.paused = true;
+                    m.gate.pause();
+                    judge.member_state(member, true, false);
+                    // Its clock will have lost `for_` when it wakes: in its
+                    // time, the server's expiries come that much sooner.
+                    m.link.client.client_clock_lost(for_);
+                    return Some((for_, Due::Resume(member)));
+                }
+            }
             Happening::Crash { member, down_for } => {
                 let m = &mut self.members[member];
                 if !m.down {

@@ -106,7 +106,7 @@ fn every_schedule_keeps_every_promise() {
         );
     }
     if let Some(first) = violations.first() {
-        let plan = Plan::draw(first.seed, options.clock);
+        let plan = Plan::draw(first.seed, options.clock, options.suspends);
         let check = first.violation.as_ref().map_or("", |v| v.check);
         let shrunk = shrink(&plan, &options, check, 40);
         let needed: Vec<String> = shrunk
@@ -197,13 +197,43 @@ fn caught(name: &str, plant: Planting, checks: &[&str]) -> u64 {
 fn a_server_clock_beyond_the_margin_breaks_the_promise() {
     let options = Options {
         clock: ServerClock::BeyondMargin,
-        plant: None,
+        ..Options::default()
     };
     seeds_to_first_catch(
         "server clock 1 ms beyond the margin",
         &options,
         1_000,
         &["overlap", "deadline"],
+    );
+}
+
+/// Host suspends (the clock stops too) are not a promise of tenure's: the
+/// schedules with them are run apart, their broken promises counted, and
+/// never taken as passes. Some must break one, or the simulation could not
+/// tell.
+#[test]
+fn suspended_hosts_are_counted_apart() {
+    let options = Options {
+        suspends: true,
+        ..Options::default()
+    };
+    let (broken, _, _) = run_all(0..1_000, &options);
+    let by_suspend: Vec<&Outcome> = broken
+        .iter()
+        .filter(|o| simulate(o.seed, &Options::default()).violation.is_none())
+        .collect();
+    println!(
+        "suspends: 1000 schedules with suspended hosts, {} broke a promise that the same \
+         schedule without them keeps (not guaranteed, not counted as passes); {} broke one anyway",
+        by_suspend.len(),
+        broken.len() - by_suspend.len()
+    );
+    if let Some(first) = by_suspend.first() {
+        println!("{}", first.report());
+    }
+    assert!(
+        !by_suspend.is_empty(),
+        "no suspend broke a promise: the simulation cannot see them"
     );
 }
 

@@ -193,6 +193,19 @@ impl MemoryBackend {
         self.server.set_session_clock_rate(self.session, rate);
     }
 
+    /// This client's clock just lost `lost`, as a host suspended for that
+    /// long finds when it wakes (`CLOCK_MONOTONIC` stops during a suspend)
+    /// while the server's clock ran on: each lease it holds ends `lost`
+    /// sooner in its time, now at the latest, and the next waiter may be
+    /// granted at once, while the client still counts on its old deadline.
+    /// Tenure does not promise safety across a suspend (test-only, feature
+    /// `__simulation`, not part of the API).
+    #[cfg(feature = "__simulation")]
+    #[doc(hidden)]
+    pub fn client_clock_lost(&self, lost: Duration) {
+        self.server.session_clock_lost(self.session, lost);
+    }
+
     /// Who holds `key` on the server now.
     pub fn holder(&self, key: &ElectionKey) -> Option<LeaderInfo> {
         self.server.holder(key)

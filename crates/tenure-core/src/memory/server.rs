@@ -543,6 +543,27 @@ impl Server {
         self.lock().session_clocks.insert(session, ClockRate(rate));
     }
 
+    /// The clock of `session`'s client just lost `lost` (its host was
+    /// suspended while the server's clock ran on): each of its leases
+    /// ends `lost` sooner in the client's time, now at the latest.
+    #[cfg_attr(not(feature = "__simulation"), allow(dead_code))]
+    pub fn session_clock_lost(&self, session: u64, lost: Duration) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let mut touched = Vec::new();
+        for (key, ks) in st.keys.iter_mut() {
+            if let Some(h) = ks.holder.as_mut().filter(|h| h.session == session) {
+                h.expires_at = h.expires_at.checked_sub(lost).unwrap_or(now).max(now);
+                touched.push(key.clone());
+            }
+        }
+        // In key order: the grants that follow are numbered the same every time.
+        touched.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        for key in touched {
+            st.settle(&key, now);
+        }
+    }
+
     /// Calls `hook` with every grant from now on, under the server's lock.
     #[cfg_attr(not(feature = "__simulation"), allow(dead_code))]
     pub fn on_grant(&self, hook: GrantHook) {
