@@ -14,6 +14,12 @@ use tenure_sim::{shrink, simulate, FaultKind, Options, Outcome, Plan, Planting, 
 /// Schedules per run without `TENURE_SIM_SEEDS`.
 const SCHEDULES: u64 = 10_000;
 
+/// Prints `line` past libtest's capture: the figures show in every run.
+fn show(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
     Some(
@@ -80,13 +86,13 @@ fn every_schedule_keeps_every_promise() {
         .iter()
         .map(|k| format!("{} {}", faults.get(k).copied().unwrap_or(0), k.name()))
         .collect();
-    println!(
+    show(&format!(
         "simulation: {count} schedules, {total} faults, {} violations in {took:.1} s \
          ({:.0} schedules/s, {events} events; faults: {})",
         violations.len(),
         count as f64 / took,
         by_kind.join(", ")
-    );
+    ));
     let mut checks: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for o in &violations {
         let check = o.violation.as_ref().map_or("", |v| v.check);
@@ -166,13 +172,13 @@ fn seeds_to_first_catch(name: &str, options: &Options, limit: u64, checks: &[&st
             if simulate(seed, &Options::default()).violation.is_some() {
                 continue; // broken without the change too: not its catch
             }
-            println!(
+            show(&format!(
                 "{name}: caught by seed {seed} ({} seeds, {:.2} s), check `{}`: {}",
                 seed + 1,
                 started.elapsed().as_secs_f64(),
                 v.check,
                 v.detail
-            );
+            ));
             println!("{}", outcome.report());
             assert!(
                 checks.contains(&v.check),
@@ -222,12 +228,12 @@ fn suspended_hosts_are_counted_apart() {
         .iter()
         .filter(|o| simulate(o.seed, &Options::default()).violation.is_none())
         .collect();
-    println!(
+    show(&format!(
         "suspends: 1000 schedules with suspended hosts, {} broke a promise that the same \
          schedule without them keeps (not guaranteed, not counted as passes); {} broke one anyway",
         by_suspend.len(),
         broken.len() - by_suspend.len()
-    );
+    ));
     if let Some(first) = by_suspend.first() {
         println!("{}", first.report());
     }
