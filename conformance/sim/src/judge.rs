@@ -585,6 +585,10 @@ impl Judge {
 
 impl Books {
     fn push(&mut self, event: Event) {
+        // The trace ends at the first violation: its tail is what led there.
+        if self.violation.is_some() {
+            return;
+        }
         let at = Instant::now() - self.start;
         self.trace.push(at, event);
     }
