@@ -135,6 +135,14 @@ pub(crate) async fn negotiate(request: Request, next: Next) -> Response {
         return not_acceptable();
     };
     let watch = is_watch(&request);
+    tracing::debug!(
+        method = %request.method(),
+        uri = %request.uri(),
+        content_type = ?request.headers().get(CONTENT_TYPE),
+        accept = ?accept,
+        answer = ?answer,
+        "negotiated"
+    );
     let request = match read_body(request).await {
         Ok(request) => request,
         Err(refused) => return refused,

@@ -108,11 +108,15 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
+	// In whole seconds of the defaults, so the product cannot overflow.
+	scaled := func(d time.Duration) time.Duration {
+		return *leaseDuration * (d / time.Second) / (defaultLeaseDuration / time.Second)
+	}
 	if *renewDeadline == 0 {
-		*renewDeadline = *leaseDuration * defaultRenewDeadline / defaultLeaseDuration
+		*renewDeadline = scaled(defaultRenewDeadline)
 	}
 	if *retryPeriod == 0 {
-		*retryPeriod = *leaseDuration * defaultRetryPeriod / defaultLeaseDuration
+		*retryPeriod = scaled(defaultRetryPeriod)
 	}
 
 	config, err := clientcmd.BuildConfigFromFlags("", flag.Arg(0))
