@@ -34,6 +34,7 @@ pub(crate) fn router(store: Store) -> Router {
                 .delete(remove)
                 .patch(super::patch::patch),
         )
+        .merge(super::discovery::router())
         .layer(axum::middleware::from_fn(super::media::negotiate))
         .layer(axum::middleware::from_fn_with_state(store.clone(), count))
         .with_state(store)

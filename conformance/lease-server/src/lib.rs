@@ -22,6 +22,7 @@
 // etcd as its storage: the Kubernetes backend's tests trust what it answers.
 //   lib.rs         LeaseServer: start, kill, restart, expire watches
 //   api.rs         the HTTP routes: get, list or watch, create, update, delete
+//   discovery.rs   /apis and /apis/coordination.k8s.io/v1, for kubectl
 //   media.rs       content negotiation: bodies in JSON, YAML or protobuf, answers
 //                  in the first type Accept asks for that is served
 //   protobuf.rs    Lease, LeaseList, Status, DeleteOptions in Kubernetes'
@@ -41,6 +42,7 @@
 //   main.rs        the `tenure-lease-server` command
 
 mod api;
+mod discovery;
 mod faults;
 mod kubeconfig;
 mod managed;

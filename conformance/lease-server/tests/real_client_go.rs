@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -25,22 +25,6 @@ use tokio::sync::mpsc;
 /// period here is 133 ms and a crashed holder's Lease lasts 1 s, so
 /// anything near this is a failure, not a slow machine.
 const EVENT_LIMIT: Duration = Duration::from_secs(20);
-
-/// The directory holding `client-go-candidate`, if built.
-fn peers_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("TENURE_PEERS_DIR") {
-        return Some(dir.into());
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../peers/build.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .env("CHECK", "1")
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-}
 
 /// One client-go-candidate process and the event lines it wrote.
 struct Candidate {
@@ -153,11 +137,7 @@ fn spec_of(lease: &(u16, Value)) -> &Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_go_leads_hands_over_fails_over_and_releases_in_protobuf() {
-    let Some(peers) = peers_dir() else {
-        eprintln!(
-            "SKIPPED: client-go-candidate is not built; run conformance/peers/build.sh \
-             (about 7 minutes the first time, cached after)"
-        );
+    let Some(peers) = common::peers_dir("client-go-candidate") else {
         return;
     };
     let binary = peers.join("client-go-candidate");

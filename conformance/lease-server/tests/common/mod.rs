@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+
 use serde_json::Value;
 use tenure_lease_server::LeaseServer;
 use tenure_testkit::harness::{Cluster, Topology};
@@ -58,4 +60,28 @@ pub fn assert_status(answer: &(u16, Value), code: u16, reason: &str) {
     assert_eq!(answer.1["kind"], "Status", "{}", answer.1);
     assert_eq!(answer.1["code"], code, "{}", answer.1);
     assert_eq!(answer.1["reason"], reason, "{}", answer.1);
+}
+
+/// The directory where `conformance/peers/build.sh` put the Go peers and
+/// kubectl (or `TENURE_PEERS_DIR`), if they are built; if not, says on
+/// stderr that the test needing `program` is skipped and how to build it.
+pub fn peers_dir(program: &str) -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TENURE_PEERS_DIR") {
+        return Some(dir.into());
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../peers/build.sh");
+    let built = std::process::Command::new("bash")
+        .arg(&script)
+        .env("CHECK", "1")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    if built.is_none() {
+        eprintln!(
+            "SKIPPED: {program} is not built; run conformance/peers/build.sh \
+             (about 7 minutes the first time, cached after)"
+        );
+    }
+    built
 }
