@@ -188,3 +188,33 @@ async fn client_go_leads_hands_over_fails_over_and_releases_in_protobuf() {
     let lease = f.get("leader").await;
     assert_eq!(spec_of(&lease)["holderIdentity"], "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_go_leader_whose_renewals_are_refused_stops_and_exits() {
+    let Some(peers) = common::peers_dir("client-go-candidate") else {
+        return;
+    };
+    let binary = peers.join("client-go-candidate");
+    let f = common::fixture().await;
+    let kubeconfig = f.server.kubeconfig_file().unwrap();
+    let mut a = Candidate::start(&binary, kubeconfig.path(), "a");
+    a.next("started_leading").await;
+    // Every update answered 500 from now on: client-go retries each
+    // renewal until its RenewDeadline (666 ms) passes, then gives up.
+    let refused_at = std::time::Instant::now();
+    f.server
+        .refuse(tenure_lease_server::Requests::Update, 500, None);
+    let stopped = a.next("stopped_leading").await;
+    let after = refused_at.elapsed();
+    assert_eq!(stopped["was_leading"], true);
+    // The deadline and a retry period of 500 ms, with room for a slow
+    // machine; a leader that never gave up would be caught by next's limit.
+    assert!(
+        after < Duration::from_secs(5),
+        "stopped {after:?} after the refusals began"
+    );
+    let exited = a.next("exited").await;
+    assert_eq!(exited["reason"], "lost");
+    let status = a.child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
+}

@@ -17,13 +17,20 @@
 //	{"event":"new_leader","identity":"a","leader":"b","monotonic_ns":123}
 //	{"event":"started_leading","identity":"a","monotonic_ns":124}
 //	{"event":"stopped_leading","identity":"a","was_leading":true,"monotonic_ns":125}
-//	{"event":"exited","identity":"a","monotonic_ns":126}
+//	{"event":"exited","identity":"a","reason":"cancelled","monotonic_ns":126}
 //
 // stopped_leading is client-go's OnStoppedLeading, which it calls whenever
 // its Run returns, leading or not: was_leading says whether started_leading
 // came before. On stdin EOF or SIGTERM the election's context is cancelled;
 // with ReleaseOnCancel client-go then releases a held Lease (an update that
-// empties holderIdentity) before stopped_leading, and the program exits 0.
+// empties holderIdentity) before stopped_leading, and the program exits 0
+// (exited's reason "cancelled"). client-go's Run also returns when a leader
+// fails to renew within RenewDeadline: the program then writes
+// stopped_leading and exits 1 (reason "lost"), as a controller built on
+// RunOrDie exits when it loses the lease; a harness starts a new process to
+// campaign again. stopped_leading comes up to RenewDeadline after the last
+// renewal that succeeded, and client-go runs OnStartedLeading on a
+// goroutine of its own, so its stamp follows the acquiring update's answer.
 //
 // The three durations default to client-go's documented ones (15 s, 10 s,
 // 2 s); --lease-duration alone scales the other two in the same ratio.
@@ -175,5 +182,9 @@ func main() {
 			},
 		},
 	})
-	out.emit("exited", nil)
+	if ctx.Err() == nil {
+		out.emit("exited", map[string]any{"reason": "lost"})
+		os.Exit(1)
+	}
+	out.emit("exited", map[string]any{"reason": "cancelled"})
 }
