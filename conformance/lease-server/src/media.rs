@@ -5,9 +5,10 @@
 //!
 //! The handlers read and write JSON only: this layer turns a YAML or
 //! protobuf body into JSON before them, and their JSON answer into YAML or
-//! protobuf after them. A watch's stream is left as JSON whatever Accept
-//! says (a client decodes a watch by the answer's Content-Type, and
-//! client-go's leader election does not watch); a PATCH's body is the
+//! protobuf after them. A watch's stream of JSON lines becomes a stream of
+//! protobuf frames when protobuf is asked for (client-go's typed watches
+//! ask for it; its leader election does not watch), and stays JSON when
+//! YAML is (kube-apiserver streams no YAML either); a PATCH's body is the
 //! patch handler's to read (patch.rs), its answer negotiated here.
 
 use axum::body::{Body, Bytes};
@@ -148,8 +149,11 @@ pub(crate) async fn negotiate(request: Request, next: Next) -> Response {
         Err(refused) => return refused,
     };
     let response = next.run(request).await;
-    if watch {
-        return response;
+    if watch && response.status() == StatusCode::OK {
+        return match answer {
+            Media::Protobuf => protobuf_watch(response),
+            Media::Json | Media::Yaml => response,
+        };
     }
     write_answer(response, answer).await
 }
@@ -242,6 +246,54 @@ async fn write_answer(response: Response, media: Media) -> Response {
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     parts.headers.remove(CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(encoded))
+}
+
+/// A watch's answer of JSON lines as protobuf frames, each sent as its
+/// line arrives.
+fn protobuf_watch(response: Response) -> Response {
+    use futures::StreamExt;
+
+    let (mut parts, body) = response.into_parts();
+    let lines = body.into_data_stream();
+    // The JSON not yet ended by a newline, and frames made but not sent.
+    let state = (
+        lines,
+        Vec::<u8>::new(),
+        std::collections::VecDeque::<Bytes>::new(),
+    );
+    let frames = futures::stream::unfold(state, |(mut lines, mut pending, mut ready)| async move {
+        loop {
+            if let Some(frame) = ready.pop_front() {
+                return Some((Ok::<_, axum::Error>(frame), (lines, pending, ready)));
+            }
+            match lines.next().await {
+                Some(Ok(chunk)) => {
+                    pending.extend_from_slice(&chunk);
+                    while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = pending.drain(..=end).collect();
+                        let frame = serde_json::from_slice::<Value>(&line)
+                            .ok()
+                            .and_then(|event| protobuf::watch_frame(&event));
+                        match frame {
+                            Some(frame) => ready.push_back(frame.into()),
+                            None => tracing::warn!(
+                                line = %String::from_utf8_lossy(&line),
+                                "a watch event with no protobuf form; not sent"
+                            ),
+                        }
+                    }
+                }
+                Some(Err(e)) => return Some((Err(e), (lines, pending, ready))),
+                None => return None,
+            }
+        }
+    });
+    parts.headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(protobuf::WATCH_MEDIA_TYPE),
+    );
+    parts.headers.remove(CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from_stream(frames))
 }
 
 #[cfg(test)]

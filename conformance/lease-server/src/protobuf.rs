@@ -257,6 +257,21 @@ struct Preconditions {
     resource_version: Option<String>,
 }
 
+#[derive(Clone, PartialEq, Message)]
+struct WatchEvent {
+    #[prost(string, optional, tag = "1")]
+    r#type: Option<String>,
+    #[prost(message, optional, tag = "2")]
+    object: Option<RawExtension>,
+}
+
+// runtime/generated.proto
+#[derive(Clone, PartialEq, Message)]
+struct RawExtension {
+    #[prost(bytes = "vec", optional, tag = "1")]
+    raw: Option<Vec<u8>>,
+}
+
 // --- the envelope ---
 
 /// The kinds of body this server reads as protobuf.
@@ -346,6 +361,28 @@ pub(crate) fn encode(object: &Value) -> Option<Vec<u8>> {
     let mut body = MAGIC.to_vec();
     unknown.encode(&mut body).expect("a Vec grows as needed");
     Some(body)
+}
+
+/// The media type of a watch's stream of protobuf frames.
+pub(crate) const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+/// One watch event (`{"type": .., "object": ..}`, as JSON) as a frame of a
+/// protobuf watch stream: its length in four bytes, big-endian
+/// (`protobuf.LengthDelimitedFramer`), then a metav1.WatchEvent with no
+/// envelope (the stream's serializer is apimachinery's `RawSerializer`)
+/// whose object is the Lease or Status in its envelope, as
+/// [`encode`] writes it. `None` for an event whose object is neither.
+pub(crate) fn watch_frame(event: &Value) -> Option<Vec<u8>> {
+    let watch_event = WatchEvent {
+        r#type: Some(event["type"].as_str()?.to_owned()),
+        object: Some(RawExtension {
+            raw: Some(encode(&event["object"])?),
+        }),
+    };
+    let message = watch_event.encode_to_vec();
+    let mut frame = u32::try_from(message.len()).ok()?.to_be_bytes().to_vec();
+    frame.extend(message);
+    Some(frame)
 }
 
 // --- JSON to protobuf ---
@@ -950,6 +987,21 @@ mod tests {
             varint_field(6, 409),
         ]);
         assert_eq!(encode(&status).unwrap(), envelope("v1", "Status", &raw));
+    }
+
+    #[test]
+    fn a_watch_frame_is_a_length_then_a_bare_watch_event_around_the_envelope() {
+        let status = json!({ "kind": "Status", "apiVersion": "v1", "metadata": {},
+                             "status": "Failure", "reason": "Expired", "code": 410 });
+        let frame = watch_frame(&json!({ "type": "ERROR", "object": status })).unwrap();
+        let object = encode(&status).unwrap();
+        let event = message(&[
+            bytes_field(1, b"ERROR"),
+            bytes_field(2, &bytes_field(1, &object)),
+        ]);
+        let mut expected = (event.len() as u32).to_be_bytes().to_vec();
+        expected.extend(event);
+        assert_eq!(frame, expected);
     }
 
     #[test]

@@ -153,3 +153,49 @@ async fn yaml_bodies_and_answers() {
     assert_eq!(created["spec"]["holderIdentity"], "a");
     assert_eq!(created["metadata"]["name"], "y");
 }
+
+#[tokio::test]
+async fn a_watch_asked_in_protobuf_streams_length_delimited_watch_events() {
+    let f = fixture().await;
+    let created = answer_of(f.http.post(f.url(None)).json(&json!({
+        "metadata": { "name": "w" }, "spec": { "holderIdentity": "a" },
+    })))
+    .await;
+    assert_eq!(created.0, 201, "{}", created.1);
+    let mut answer = f
+        .http
+        .get(format!("{}?watch=1&resourceVersion=0", f.url(None)))
+        .header("accept", format!("{PROTOBUF},application/json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        answer.headers()["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let mut stream = Vec::new();
+    let frame = loop {
+        if stream.len() >= 4 {
+            let len = u32::from_be_bytes(stream[..4].try_into().unwrap()) as usize;
+            if stream.len() >= 4 + len {
+                break stream[4..4 + len].to_vec();
+            }
+        }
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), answer.chunk())
+            .await
+            .expect("a frame within 10 s")
+            .unwrap()
+            .expect("the stream goes on");
+        stream.extend_from_slice(&chunk);
+    };
+    // WatchEvent{type: "ADDED", object: RawExtension{raw: k8s\0 + Unknown}}.
+    assert!(frame.starts_with(&bytes_field(1, b"ADDED")), "{frame:?}");
+    let object = &frame[bytes_field(1, b"ADDED").len()..];
+    assert_eq!(object[0], 2 << 3 | 2, "{frame:?}");
+    assert!(contains(object, "k8s\0") && contains(object, "Lease"));
+    assert!(contains(
+        object,
+        created.1["metadata"]["uid"].as_str().unwrap()
+    ));
+}
