@@ -349,8 +349,7 @@ async fn create(
     if !errors.is_empty() {
         return status::invalid(&name, &errors);
     }
-    let uid = format!("{:032x}", rand::random::<u128>());
-    object["metadata"]["uid"] = json!(uid);
+    fill_system_fields(&mut object);
     record_update(None, &mut object, &manager(&params, &headers));
     match store.create(&ns, &name, &object).await {
         Ok(created) => store
@@ -358,6 +357,29 @@ async fn create(
             .after_commit()
             .unwrap_or_else(|| (StatusCode::CREATED, Json(created)).into_response()),
         Err(e) => write_failure(e, &name),
+    }
+}
+
+/// What kube-apiserver fills in on a create, whatever the body said
+/// (`rest.FillObjectMetaSystemFields`): a new uid and the creation time.
+pub(crate) fn fill_system_fields(object: &mut Value) {
+    object["metadata"]["uid"] = json!(format!("{:032x}", rand::random::<u128>()));
+    object["metadata"]["creationTimestamp"] = json!(managed::now());
+}
+
+/// What an update keeps of the stored object whatever the new one says
+/// (`rest.BeforeUpdate`): its uid and its creation time (none for a Lease
+/// stored before this server set one).
+pub(crate) fn keep_system_fields(object: &mut Value, current: &Value) {
+    for field in ["uid", "creationTimestamp"] {
+        match current["metadata"].get(field) {
+            Some(value) => object["metadata"][field] = value.clone(),
+            None => {
+                if let Some(meta) = object["metadata"].as_object_mut() {
+                    meta.remove(field);
+                }
+            }
+        }
     }
 }
 
@@ -446,7 +468,7 @@ async fn update(
         if let Some(meta) = object["metadata"].as_object_mut() {
             meta.remove("resourceVersion");
         }
-        object["metadata"]["uid"] = json!(format!("{:032x}", rand::random::<u128>()));
+        fill_system_fields(&mut object);
         record_update(None, &mut object, &manager(&params, &headers));
         return match store.create(&ns, &name, &object).await {
             Ok(created) => store
@@ -480,7 +502,7 @@ async fn update(
     if !errors.is_empty() {
         return status::invalid(&name, &errors);
     }
-    object["metadata"]["uid"] = json!(stored_uid);
+    keep_system_fields(&mut object, &current);
     record_update(Some(&current), &mut object, &manager(&params, &headers));
     match store.update(&ns, &name, rv, &object).await {
         Ok(updated) => store

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::api::{meta_str, validate, write_failure};
+use super::api::{fill_system_fields, keep_system_fields, meta_str, validate, write_failure};
 use super::faults::Requests;
 use super::managed::{self, API_VERSION};
 use super::patches;
@@ -314,6 +314,7 @@ async fn patch_existing(
         return Done(r);
     }
     normalise(&mut object, ns);
+    keep_system_fields(&mut object, &current);
     if !matches!(patch, Patch::Apply(_)) {
         let entries = managed::of_write(Some(&current), &object);
         let entries = managed::update(&current, &object, entries, &options.manager);
@@ -386,7 +387,7 @@ async fn create_by_apply(
     if let Some(meta) = object["metadata"].as_object_mut() {
         meta.remove("resourceVersion");
     }
-    object["metadata"]["uid"] = json!(format!("{:032x}", rand::random::<u128>()));
+    fill_system_fields(&mut object);
     if options.dry_run {
         return Done((StatusCode::CREATED, Json(object)).into_response());
     }

@@ -637,3 +637,33 @@ async fn a_change_right_after_a_watch_opened_reaches_it_at_once() {
         "write to event: median {median:?} of {took:?}"
     );
 }
+
+#[tokio::test]
+async fn create_sets_creation_timestamp_and_update_keeps_it() {
+    let f = fixture().await;
+    let mut body = lease("c", "a", 15, 0);
+    body["metadata"]["creationTimestamp"] = json!("2001-01-01T00:00:00Z");
+    let (code, created) = f.post(&body).await;
+    assert_eq!(code, 201, "{created}");
+    let created_at = created["metadata"]["creationTimestamp"].clone();
+    let text = created_at.as_str().expect("a creationTimestamp");
+    assert!(
+        text.starts_with("20") && text.ends_with('Z') && text != "2001-01-01T00:00:00Z",
+        "{text}"
+    );
+    let mut changed = created.clone();
+    changed["spec"]["holderIdentity"] = json!("b");
+    changed["metadata"]["creationTimestamp"] = json!("2001-01-01T00:00:00Z");
+    let (code, updated) = f.put("c", &changed).await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["metadata"]["creationTimestamp"], created_at);
+    let patched = answer_of(
+        f.http
+            .patch(f.url(Some("c")))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"metadata":{"creationTimestamp":null},"spec":{"holderIdentity":"c"}}"#),
+    )
+    .await;
+    assert_eq!(patched.0, 200, "{}", patched.1);
+    assert_eq!(patched.1["metadata"]["creationTimestamp"], created_at);
+}
