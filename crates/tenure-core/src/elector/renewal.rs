@@ -103,6 +103,13 @@ pub(crate) async fn renew_until_lost(
                     }));
                     tracing::info!(key, identity, token, "leadership lost: no renewal succeeded before the local deadline");
                 }
+                // A term `run` leads: its work is dropped before the release
+                // lets anyone else lead (`run`'s task sees the loss in its
+                // own time; this one may be polled first). Waiting at most a
+                // TTL: by then the servers have let the key go by themselves
+                // unless a late renewal reached them, and the work is one
+                // that does not yield.
+                term.work_dropped(Instant::now() + lease.ttl()).await;
                 // Free the key in case a late renewal did reach the backend.
                 let _ = release(&*backend, &lease, &settings).await;
                 return;
