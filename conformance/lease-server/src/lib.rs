@@ -25,7 +25,7 @@
 //   discovery.rs   /apis and /apis/coordination.k8s.io/v1, for kubectl
 //   media.rs       content negotiation: bodies in JSON, YAML or protobuf, answers
 //                  in the first type Accept asks for that is served
-//   protobuf.rs    Lease, LeaseList, Status, DeleteOptions in Kubernetes'
+//   protobuf/      Lease, LeaseList, Status, DeleteOptions in Kubernetes'
 //                  protobuf encoding (the `k8s\0` envelope), to and from JSON
 //   patch.rs       PATCH: merge, JSON, strategic merge patch, server-side apply
 //   patches.rs     the patch documents applied to a Lease's JSON
