@@ -33,8 +33,7 @@ pub(crate) async fn leader_and_standby(
     [ca, cb]: [&Client; 2],
     key: &ElectionKey,
 ) -> Step<(Leader, Standby)> {
-    let rt = cx.timing().round_trip;
-    let a = Leader::campaign(cx, &elector(cx, ca, key, "a")?, rt).await?;
+    let a = Leader::campaign(cx, &elector(cx, ca, key, "a")?, cx.set_up_limit()).await?;
     a.write();
     let standby = Standby::start(cx, elector(cx, cb, key, "b")?);
     cx.until_waiting(key, 1).await?;

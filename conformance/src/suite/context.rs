@@ -283,6 +283,18 @@ impl Cx {
         }
     }
 
+    /// The limit on a step that sets a case up rather than being what it
+    /// checks (a fresh client's first campaign on a vacant key): the TTL
+    /// and a round trip. Such a first call may also connect, which on a
+    /// loaded machine can take longer than a round trip (a failure seen:
+    /// "campaign: nothing after 250ms" on etcd-3node, before the case had
+    /// faulted anything), and every bound the case checks starts after it.
+    /// The speed of an acquire on a vacant key is `acquire_uncontended`'s
+    /// to judge, within a round trip.
+    pub fn set_up_limit(&self) -> Duration {
+        self.ttl() + self.timing().round_trip
+    }
+
     /// The bound on a failover after a crash or a cut: the TTL, plus the
     /// backend's declared expiry slack (at most [`Cx::MAX_SLACK`]), plus
     /// [`Cx::FAILOVER_MARGIN`] for the standby to hear of it and take the key.

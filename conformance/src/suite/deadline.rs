@@ -119,7 +119,7 @@ pub async fn deadline_counts_from_send_under_delayed_answers(cx: Cx) -> Step {
     // Third round: the Elector's own renewal, on a key of its own.
     let key = cx.new_key();
     let b = elector(&cx, &client, &key, "b")?;
-    let mut leader = Leader::campaign(&cx, &b, cx.timing().round_trip).await?;
+    let mut leader = Leader::campaign(&cx, &b, cx.set_up_limit()).await?;
     let granted_until = leader.term.valid_until();
     link.set(LinkFault::DelayAnswers(hold))
         .await

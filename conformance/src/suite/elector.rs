@@ -26,7 +26,7 @@ use crate::report::Property;
 pub async fn resign_hands_over_at_once(cx: Cx) -> Step {
     let ([ca, cb], key, electors) = super::handover::two_electors(&cx).await?;
     let rt = cx.timing().round_trip;
-    let mut leader = Leader::campaign(&cx, &electors[0], rt).await?;
+    let mut leader = Leader::campaign(&cx, &electors[0], cx.set_up_limit()).await?;
     let mut samples = Vec::with_capacity(Cx::AT_ONCE_SAMPLES);
     // Round 0 warms the path up and is not timed; nor is the last, in
     // which the resigner's answers are held back.

@@ -59,7 +59,7 @@ pub(super) async fn two_electors(cx: &Cx) -> Step<([Client; 2], ElectionKey, [El
 pub async fn handover_p50_over_repeated_resignations(cx: Cx) -> Step {
     let (_, key, electors) = two_electors(&cx).await?;
     let rt = cx.timing().round_trip;
-    let mut leader = Leader::campaign(&cx, &electors[0], cx.ttl() + rt).await?;
+    let mut leader = Leader::campaign(&cx, &electors[0], cx.set_up_limit()).await?;
     let mut samples = Vec::with_capacity(HANDOVERS);
     let warm_until = Instant::now() + WARMUP_TIME;
     let mut warmed = 0;

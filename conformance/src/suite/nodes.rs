@@ -33,7 +33,7 @@ async fn kill_nodes(cx: &Cx, servers: &dyn ServerFaults, down: &mut Vec<usize>) 
     let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
     let leader = server_leader(servers, |_| true).await?;
     // Not what the case measures: the first call may also connect.
-    let a = Leader::campaign(cx, &elector(cx, &ca, &key, "a")?, ttl + rt).await?;
+    let a = Leader::campaign(cx, &elector(cx, &ca, &key, "a")?, cx.set_up_limit()).await?;
     a.write();
     let standby = Standby::start(cx, elector(cx, &cb, &key, "b")?);
     cx.until_waiting(&key, 1).await?;

@@ -37,12 +37,9 @@ pub async fn servers_stopped_for_several_ttls_then_a_candidate_leads(cx: Cx) -> 
     };
     let ca = cx.client().await?;
     let key = cx.new_key();
-    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
     let a = elector(&cx, &ca, &key, "a")?;
     let running = Running::start(&cx, &a);
-    // Setting up, not what the case checks: a fresh client's first
-    // campaign may take longer than a round trip on a loaded machine.
-    running.leads(&cx, ttl + rt).await?;
+    running.leads(&cx, cx.set_up_limit()).await?;
     let mut down = Vec::new();
     let result = outage(&cx, &a, servers, &mut down).await;
     // Whatever happened, the servers are whole for the next case.

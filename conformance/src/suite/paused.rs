@@ -62,7 +62,7 @@ async fn paused_node(cx: Cx, which: Paused) -> Step {
     let cb = cx.client().await?;
     let key = cx.new_key();
     let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
-    let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, ttl + rt).await?;
+    let a = Leader::campaign(&cx, &elector(&cx, &ca, &key, "a")?, cx.set_up_limit()).await?;
     a.write();
     let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
     cx.until_waiting(&key, 1).await?;

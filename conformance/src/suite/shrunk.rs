@@ -111,9 +111,8 @@ async fn shrink(
     low: usize,
     max: Duration,
 ) -> Step {
-    let (ttl, rt) = (cx.ttl(), cx.timing().round_trip);
     let key = cx.new_key();
-    let a = Leader::campaign(cx, &elector(cx, ca, &key, "a")?, ttl + rt).await?;
+    let a = Leader::campaign(cx, &elector(cx, ca, &key, "a")?, cx.set_up_limit()).await?;
     a.write();
     // When b is granted, its task first looks at a's term: ended by then
     // (the backend ended it before it let go), it is recorded as ended

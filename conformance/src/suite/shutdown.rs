@@ -76,7 +76,7 @@ pub async fn shutdown_releases_before_returning(cx: Cx) -> Step {
 
     // 1. A leads; B waits; A shuts down.
     let a = elector(&cx, &ca, &key, "a")?;
-    let a_leads = Leader::campaign(&cx, &a, round_trip).await?;
+    let a_leads = Leader::campaign(&cx, &a, cx.set_up_limit()).await?;
     let b = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
     cx.until_waiting(&key, 1).await?;
     // a's release answer is held back: b is granted while it is on its

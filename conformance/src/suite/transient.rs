@@ -38,7 +38,7 @@ pub async fn transient_errors_are_not_a_lost_lease(cx: Cx) -> Step {
     let key = cx.new_key();
     let rt = cx.timing().round_trip;
     let a_elector = elector(&cx, &ca, &key, "a")?;
-    let mut a = Leader::campaign(&cx, &a_elector, rt).await?;
+    let mut a = Leader::campaign(&cx, &a_elector, cx.set_up_limit()).await?;
     a.write();
     let standby = Standby::start(&cx, elector(&cx, &cb, &key, "b")?);
     cx.until_waiting(&key, 1).await?;
