@@ -35,6 +35,38 @@ impl ProcessTerm {
     }
 }
 
+/// How long a candidate process may take to start, or to answer the
+/// driver: a fresh process connects first.
+fn process_limit(cx: &Cx) -> Duration {
+    cx.ttl() + Duration::from_secs(5)
+}
+
+/// Starts candidate process `name` for `key` and has it campaign.
+async fn campaigning(
+    cx: &Cx,
+    command: &crate::factory::CandidateCommand,
+    key: &tenure_core::ElectionKey,
+    name: &str,
+) -> Step<CandidateProcess> {
+    let limit = process_limit(cx);
+    let identity = cx.identity(name);
+    let mut p = CandidateProcess::spawn(
+        &command.program,
+        &command.url,
+        key.as_str(),
+        identity.as_str(),
+        cx.ttl(),
+        limit,
+    )
+    .await
+    .map_err(io("starting a candidate process"))?;
+    p.request(Command::Campaign, limit)
+        .await
+        .map_err(io("campaign"))?
+        .map_err(Failure::Fail)?;
+    Ok(p)
+}
+
 /// Starts candidate process `a` and lets it lead; returns it with its term.
 async fn leading_process(
     cx: &Cx,
@@ -46,22 +78,8 @@ async fn leading_process(
         ));
     };
     let identity = cx.identity("a");
-    let limit = cx.ttl() + Duration::from_secs(5);
-    let mut a = CandidateProcess::spawn(
-        &command.program,
-        &command.url,
-        key.as_str(),
-        identity.as_str(),
-        cx.ttl(),
-        limit,
-    )
-    .await
-    .map_err(io("starting the candidate process"))?;
-    a.request(Command::Campaign, limit)
-        .await
-        .map_err(io("campaign"))?
-        .map_err(Failure::Fail)?;
-    match a.next_event(limit).await {
+    let mut a = campaigning(cx, &command, key, "a").await?;
+    match a.next_event(process_limit(cx)).await {
         Some((
             Message::Elected {
                 token,
@@ -342,25 +360,9 @@ impl<'a> Campaigners<'a> {
         key: &tenure_core::ElectionKey,
         names: &[&'static str],
     ) -> Step<Campaigners<'a>> {
-        let limit = cx.ttl() + Duration::from_secs(5);
         let mut procs = Vec::new();
         for name in names {
-            let identity = cx.identity(name);
-            let mut p = CandidateProcess::spawn(
-                &command.program,
-                &command.url,
-                key.as_str(),
-                identity.as_str(),
-                cx.ttl(),
-                limit,
-            )
-            .await
-            .map_err(io("starting a candidate process"))?;
-            p.request(Command::Campaign, limit)
-                .await
-                .map_err(io("campaign"))?
-                .map_err(Failure::Fail)?;
-            procs.push(p);
+            procs.push(campaigning(cx, command, key, name).await?);
         }
         Ok(Campaigners {
             cx,

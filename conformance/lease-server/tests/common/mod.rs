@@ -78,7 +78,11 @@ pub fn peers_dir(program: &str) -> Option<PathBuf> {
         .filter(|out| out.status.success())
         .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
     if built.is_none() {
-        eprintln!(
+        // Written to stderr itself, past libtest's capture, so that the
+        // skip shows in every run, not only with --nocapture.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIPPED: {program} is not built; run conformance/peers/build.sh \
              (about 7 minutes the first time, cached after)"
         );
