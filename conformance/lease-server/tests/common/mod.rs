@@ -84,7 +84,7 @@ pub fn peers_dir(program: &str) -> Option<PathBuf> {
         let _ = writeln!(
             std::io::stderr(),
             "SKIPPED: {program} is not built; run conformance/peers/build.sh \
-             (about 7 minutes the first time, cached after)"
+             (2 to 4 minutes the first time, cached after)"
         );
     }
     built
